@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh machine: `make serve` and `make test`.
+BACKEND ?= cpu
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(BACKEND)
+ARGS ?=
+
+.PHONY: install serve prepare test test-fast lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/install.sh
+	BACKEND=$(BACKEND) VENV=$(VENV) bash scripts/install.sh
+
+# SPECGATE_* environment variables (SPECGATE_PORT, SPECGATE_CONFIG, ...) are honoured.
+serve: install
+	$(VENV)/bin/specgate serve $(ARGS)
+
+prepare: install
+	$(VENV)/bin/specgate prepare
+
+test: install
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not real"
+
+lint: install
+	$(VENV)/bin/ruff check gateway engines policies tests bench
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) bench/gateway_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

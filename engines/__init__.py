@@ -1,0 +1,1 @@
+"""Engines: turn a typed generation request into typed events, report load."""

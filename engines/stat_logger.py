@@ -1,0 +1,82 @@
+"""A per-engine vLLM stat logger.
+
+vLLM's own Prometheus logger keeps only the last engine created in a process
+(each engine clears the ``vllm:*`` collectors and labels itself ``engine="0"``),
+so every SpecGate engine gets its own logger object and reads its numbers from
+there. vLLM calls ``record()`` from the engine's output loop with per-step
+deltas; this class only adds them up, so it is cheap on that hot path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engines.stats import AcceptanceWindow, SpecDecodeCounters
+
+
+@dataclass(slots=True)
+class LiveCounters:
+    """What the logger has seen so far; read by :class:`VllmEngine.stats`."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    window: AcceptanceWindow = field(default_factory=AcceptanceWindow)
+
+    def spec_counters(self) -> SpecDecodeCounters:
+        return SpecDecodeCounters(
+            num_drafts=self.num_drafts,
+            num_draft_tokens=self.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens,
+            accepted_per_position=tuple(self.accepted_per_position),
+        )
+
+    def observe_spec_step(self, drafts: int, draft_tokens: int, accepted: int,
+                          per_position: list[int]) -> None:
+        self.num_drafts += drafts
+        self.num_draft_tokens += draft_tokens
+        self.num_accepted_tokens += accepted
+        if len(self.accepted_per_position) < len(per_position):
+            self.accepted_per_position.extend(
+                [0] * (len(per_position) - len(self.accepted_per_position)))
+        for pos, count in enumerate(per_position):
+            self.accepted_per_position[pos] += count
+        self.window.add(time.monotonic(), drafts, draft_tokens, accepted)
+
+
+def make_stat_logger_factory(counters: LiveCounters) -> Any:
+    """Return a vLLM ``StatLoggerFactory`` whose loggers feed ``counters``.
+
+    vLLM is imported here, not at module import, so that importing ``engines``
+    stays cheap and works where vLLM is not installed.
+    """
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class _SpecGateStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self._counters = counters
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any,
+                   mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+            if scheduler_stats is None:
+                return
+            c = self._counters
+            c.running = scheduler_stats.num_running_reqs
+            c.waiting = scheduler_stats.num_waiting_reqs
+            c.kv_cache_usage = scheduler_stats.kv_cache_usage
+            spec = scheduler_stats.spec_decoding_stats
+            if spec is not None:
+                c.observe_spec_step(spec.num_drafts, spec.num_draft_tokens,
+                                    spec.num_accepted_tokens,
+                                    list(spec.num_accepted_tokens_per_pos))
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return _SpecGateStatLogger

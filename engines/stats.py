@@ -1,0 +1,82 @@
+"""Live load and speculative-decoding counters of one engine."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecodeCounters:
+    """Cumulative counters since the engine started."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: tuple[int, ...] = ()
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        if not self.num_draft_tokens:
+            return None
+        return self.num_accepted_tokens / self.num_draft_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    mode: str
+    up: bool
+    # Requests the adapter has handed to the engine and not yet seen finish:
+    # exact and immediate, unlike the scheduler's counts that arrive per step.
+    in_flight: int = 0
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    spec: SpecDecodeCounters | None = None
+    # Acceptance over the recent window (None until something was drafted).
+    recent_acceptance_rate: float | None = None
+    recent_mean_accepted_length: float | None = None
+
+    @property
+    def batch_size(self) -> int:
+        """The batch a new request would join."""
+        return max(self.running + self.waiting, self.in_flight)
+
+
+@dataclass(slots=True)
+class _Step:
+    at: float
+    drafts: int
+    draft_tokens: int
+    accepted: int
+
+
+@dataclass(slots=True)
+class AcceptanceWindow:
+    """Acceptance over the last ``horizon_s`` seconds of verification steps.
+
+    A window rather than the lifetime total so that the number follows the
+    traffic the engine serves now, not what it served an hour ago.
+    """
+
+    horizon_s: float = 60.0
+    max_steps: int = 4096
+    _steps: deque[_Step] = field(default_factory=deque)
+
+    def add(self, at: float, drafts: int, draft_tokens: int, accepted: int) -> None:
+        if drafts <= 0:
+            return
+        self._steps.append(_Step(at, drafts, draft_tokens, accepted))
+        while len(self._steps) > self.max_steps:
+            self._steps.popleft()
+
+    def snapshot(self, now: float) -> tuple[float | None, float | None]:
+        """(acceptance rate, mean accepted length incl. bonus token)."""
+        while self._steps and now - self._steps[0].at > self.horizon_s:
+            self._steps.popleft()
+        drafts = sum(s.drafts for s in self._steps)
+        draft_tokens = sum(s.draft_tokens for s in self._steps)
+        accepted = sum(s.accepted for s in self._steps)
+        if not drafts or not draft_tokens:
+            return None, None
+        return accepted / draft_tokens, 1.0 + accepted / drafts

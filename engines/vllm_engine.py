@@ -1,0 +1,164 @@
+"""An in-process vLLM ``AsyncLLM`` serving one decoding method.
+
+vLLM is imported lazily inside methods so that the package imports (and the
+fast test tier runs) without vLLM installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing, contextmanager
+from typing import Any
+
+from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
+from engines.events import Failed, Finished, GenerationEvent, TextDelta
+from engines.request import GenerationRequest
+from engines.spec import EngineSpec
+from engines.stat_logger import LiveCounters, make_stat_logger_factory
+from engines.stats import EngineStats
+from engines.vllm_outputs import logprobs_from_vllm, spec_summary_from_vllm
+
+log = logging.getLogger(__name__)
+
+
+class VllmEngine(Engine):
+    def __init__(self, spec: EngineSpec) -> None:
+        super().__init__(spec.mode)
+        self.spec = spec
+        self._llm: Any = None
+        self._counters = LiveCounters()
+        self._in_flight = 0
+        self._closed = False
+        self.startup_seconds: float | None = None
+
+    @property
+    def is_up(self) -> bool:
+        return self._llm is not None and not self._closed and not self._llm.errored
+
+    async def start(self) -> None:
+        if self._llm is not None:
+            return
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        s = self.spec
+        args = AsyncEngineArgs(
+            model=s.model,
+            tokenizer=s.model,
+            dtype=s.dtype,
+            max_model_len=s.max_model_len,
+            enforce_eager=s.enforce_eager,
+            kv_cache_memory_bytes=s.kv_cache_bytes,
+            speculative_config=s.speculative_config,
+            per_request_spec_decode_metrics="summary" if s.is_speculative else "none",
+            seed=s.seed,
+            disable_log_stats=True,
+            **s.extra_engine_args,
+        )
+        began = time.monotonic()
+        with _env("VLLM_CPU_OMP_THREADS_BIND", s.cpu_threads_bind):
+            # The constructor starts the engine-core child process and blocks
+            # until the model is loaded; it must run on the event loop because
+            # its ZMQ sockets and output task bind to the running loop.
+            self._llm = AsyncLLM.from_engine_args(
+                args, stat_loggers=[make_stat_logger_factory(self._counters)])
+        self.startup_seconds = time.monotonic() - began
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        from vllm.inputs.engine import tokens_input
+        from vllm.exceptions import VLLMClientError
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        if not self.is_up:
+            raise EngineUnavailable(f"engine for mode {self.mode!r} is not up")
+        params = self._sampling_params(request)
+        completion_tokens = 0
+        prompt_tokens = len(request.prompt_token_ids)
+        spec_decode = None
+        done = False
+        self._in_flight += 1
+        try:
+            outputs = self._llm.generate(
+                tokens_input(list(request.prompt_token_ids)), params, request.request_id)
+            async with aclosing(outputs):
+                try:
+                    async for out in outputs:
+                        for c in out.outputs:
+                            ids = tuple(c.token_ids)
+                            completion_tokens += len(ids)
+                            if c.spec_decode_metrics is not None:
+                                spec_decode = spec_summary_from_vllm(c.spec_decode_metrics)
+                            if ids or c.text or c.finish_reason:
+                                yield TextDelta(
+                                    index=c.index, text=c.text, token_ids=ids,
+                                    logprobs=logprobs_from_vllm(
+                                        ids, c.logprobs, request.sampling.logprobs or 0),
+                                    finish_reason=c.finish_reason)
+                except (EngineDeadError, EngineGenerateError):
+                    log.exception("engine %s failed request %s", self.mode, request.request_id)
+                    done = True
+                    yield Failed(f"the {self.mode!r} engine failed while serving the request",
+                                 retryable=True)
+                    return
+                except (ValueError, VLLMClientError) as e:  # request validation
+                    done = True
+                    raise InvalidGenerationRequest(str(e)) from e
+            done = True
+            yield Finished(prompt_tokens, completion_tokens, spec_decode)
+        finally:
+            self._in_flight -= 1
+            if not done and self._llm is not None and not self._llm.errored:
+                await self._llm.abort(request.request_id)
+
+    def _sampling_params(self, request: GenerationRequest) -> Any:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        o = request.sampling
+        try:
+            return SamplingParams(
+                n=o.n, temperature=o.temperature, top_p=o.top_p, seed=o.seed,
+                stop=list(o.stop) or None, max_tokens=o.max_tokens,
+                presence_penalty=o.presence_penalty,
+                frequency_penalty=o.frequency_penalty, logprobs=o.logprobs,
+                output_kind=RequestOutputKind.DELTA)
+        except ValueError as e:
+            raise InvalidGenerationRequest(str(e)) from e
+
+    async def abort(self, request_id: str) -> None:
+        if self.is_up:
+            await self._llm.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        c = self._counters
+        rate, length = c.window.snapshot(time.monotonic())
+        return EngineStats(
+            mode=self.mode, up=self.is_up, in_flight=self._in_flight,
+            running=c.running, waiting=c.waiting, kv_cache_usage=c.kv_cache_usage,
+            spec=c.spec_counters() if self.spec.is_speculative else None,
+            recent_acceptance_rate=rate, recent_mean_accepted_length=length)
+
+    async def shutdown(self) -> None:
+        if self._llm is None or self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._llm.shutdown)
+
+
+@contextmanager
+def _env(name: str, value: str | None) -> Iterator[None]:
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old

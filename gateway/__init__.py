@@ -1,0 +1,1 @@
+"""Gateway: the OpenAI-compatible HTTP front of SpecGate."""

@@ -1,0 +1,82 @@
+"""Turn settings into real components: the model on disk, its tokenizer, vLLM engines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from engines.base import Engine
+from engines.spec import EngineSpec
+from engines.tokenizer import HfTokenizer
+from gateway.runtime import Components
+from gateway.settings import EMBEDDED_DRAFTER_PREFIX, ModeSettings, Settings
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def served_model_name(settings: Settings) -> str:
+    if settings.served_model_name:
+        return settings.served_model_name
+    if settings.model is None:
+        return EMBEDDED_MODEL_NAME
+    return Path(settings.model).name or settings.model
+
+
+async def load_components(settings: Settings) -> Components:
+    drafters: dict[str, str] = {}
+    if settings.model is None:
+        from engines.embedded import prepare_embedded
+
+        embedded = await asyncio.to_thread(prepare_embedded, settings.cache_dir, log.info)
+        model_dir = str(embedded.target_dir)
+        drafters = {"eagle3": str(embedded.eagle3_dir), "dflash": str(embedded.dflash_dir)}
+    else:
+        model_dir = settings.model
+    tokenizer = await asyncio.to_thread(HfTokenizer, model_dir)
+    modes = settings.resolved_modes()
+    engines: dict[str, Engine] = {}
+    cpus = os.cpu_count() or 1
+    for i, (name, mode) in enumerate(modes.items()):
+        engines[name] = _make_engine(settings, name, mode, model_dir, drafters,
+                                     default_bind=str(i % cpus))
+    return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
+                      engines=engines, max_model_len=settings.max_model_len)
+
+
+def _make_engine(settings: Settings, name: str, mode: ModeSettings, model_dir: str,
+                 drafters: dict[str, str], default_bind: str) -> Engine:
+    from engines.vllm_engine import VllmEngine
+
+    spec_config = mode.speculative_config()
+    if spec_config is not None:
+        spec_config = _resolve_drafter(spec_config, drafters)
+    kv_gib = mode.kv_cache_gib if mode.kv_cache_gib is not None else settings.kv_cache_gib
+    spec = EngineSpec(
+        mode=name, model=model_dir, speculative_config=spec_config,
+        kv_cache_bytes=int(kv_gib * 1024**3), max_model_len=settings.max_model_len,
+        dtype=settings.dtype, enforce_eager=settings.enforce_eager,
+        # Spread CPU engines over the cores; vLLM would bind them all to one.
+        cpu_threads_bind=mode.cpu_threads_bind or (default_bind if _cpu_build() else None))
+    return VllmEngine(spec)
+
+
+def _resolve_drafter(config: dict[str, Any], drafters: dict[str, str]) -> dict[str, Any]:
+    model = config.get("model")
+    if isinstance(model, str) and model.startswith(EMBEDDED_DRAFTER_PREFIX):
+        key = model.removeprefix(EMBEDDED_DRAFTER_PREFIX)
+        if key not in drafters:
+            raise ValueError(f"{model!r} names an embedded drafter, which exists only with "
+                             f"the embedded default model (known: {sorted(drafters)})")
+        return {**config, "model": drafters[key]}
+    return config
+
+
+def _cpu_build() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())

@@ -1,0 +1,67 @@
+"""``specgate`` command line: ``serve`` and ``prepare``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.settings import Settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="YAML config file (also SPECGATE_CONFIG)")
+    serve.add_argument("--host", help="bind address (also SPECGATE_HOST)")
+    serve.add_argument("--port", type=int, help="port (also SPECGATE_PORT)")
+    serve.add_argument("--model", help="model directory; default: embedded SmolLM2")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    prepare = sub.add_parser("prepare", help="prepare the embedded model and drafters, then exit")
+    prepare.add_argument("--config", help="YAML config file (also SPECGATE_CONFIG)")
+    return parser
+
+
+def load_settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {k: v for k, v in vars(args).items()
+                                 if k != "command" and v is not None}
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        lines = [f"  {'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+        sys.exit("invalid configuration:\n" + "\n".join(lines))
+    except FileNotFoundError as e:
+        sys.exit(str(e))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    settings = load_settings(args)
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "prepare":
+        from engines.embedded import prepare_embedded
+
+        prepared = prepare_embedded(settings.cache_dir)
+        print(f"model ready: {prepared.target_dir}")
+        return
+
+    import uvicorn
+
+    from gateway.app import create_app
+
+    app = create_app(settings)
+    print(f"SpecGate serving '{app.state.runtime.model_name}' on "
+          f"http://{settings.host}:{settings.port} (engines start in the background; "
+          f"GET /ready turns 200 when all are up)", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                timeout_graceful_shutdown=10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""HTTP mapping of ``POST /v1/completions``; the work is in ``CompletionService``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.completions.protocol import CompletionRequest
+from gateway.deps import RuntimeDep, SpecModeHeader
+from gateway.disconnect import cancel_on_disconnect
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=None)
+async def create_completion(body: CompletionRequest, request: Request,
+                            runtime: RuntimeDep, x_spec_mode: SpecModeHeader = None
+                            ) -> Response:
+    service = runtime.services().completions
+    call = await cancel_on_disconnect(request, service.start(body, x_spec_mode))
+    if body.stream:
+        return StreamingResponse(service.sse(call), media_type="text/event-stream",
+                                 headers=call.headers)
+    result = await cancel_on_disconnect(request, service.collect(call))
+    return JSONResponse(result, headers=call.headers)

@@ -1,0 +1,31 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from gateway.deps import RuntimeDep
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """The process answers; says nothing about the engines (see /ready)."""
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(runtime: RuntimeDep) -> JSONResponse:
+    """200 only when every configured engine is up; the body says why not."""
+    engines: dict[str, Any] = {}
+    for name, engine in runtime.engines.items():
+        s = engine.stats()
+        engines[name] = {"up": s.up, "in_flight": s.in_flight, "running": s.running,
+                         "waiting": s.waiting, "kv_cache_usage": round(s.kv_cache_usage, 4)}
+    body = {"status": "ready" if runtime.ready else "not_ready", "phase": runtime.phase,
+            "error": runtime.error, "engines": engines}
+    return JSONResponse(body, status_code=200 if runtime.ready else 503)

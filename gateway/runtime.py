@@ -1,0 +1,107 @@
+"""What the app holds at run time, and its start-up sequence.
+
+Start-up runs in the background so that ``/health`` answers (and ``/ready``
+says 503 with details) while the model is prepared and engines load, which
+takes minutes; requests that arrive before their engine is up get a clear 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from engines.base import Engine
+from engines.tokenizer import Tokenizer
+from gateway.chat.service import ChatService
+from gateway.completions.service import CompletionService
+from gateway.dispatch import Dispatcher
+from gateway.errors import unavailable
+from gateway.serving import Limits
+from policies.base import Policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Components:
+    """Everything a model needs to be served; engines may not be started yet."""
+
+    model_name: str
+    tokenizer: Tokenizer
+    engines: Mapping[str, Engine]
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class Services:
+    dispatcher: Dispatcher
+    chat: ChatService
+    completions: CompletionService
+
+
+ComponentsLoader = Callable[[], Awaitable[Components]]
+
+
+class Runtime:
+    def __init__(self, model_name: str, policy: Policy, max_n: int,
+                 load: ComponentsLoader) -> None:
+        self.model_name = model_name
+        self.created = int(time.time())
+        self.policy = policy
+        self.max_n = max_n
+        self._load = load
+        self.engines: Mapping[str, Engine] = {}
+        self._services: Services | None = None
+        self.phase = "starting"
+        self.error: str | None = None
+
+    def services(self) -> Services:
+        if self._services is None:
+            if self.error is not None:
+                raise unavailable("the gateway failed to start; see its log",
+                                  code="startup_failed")
+            raise unavailable("the gateway is starting; retry in a few seconds",
+                              code="starting")
+        return self._services
+
+    @property
+    def ready(self) -> bool:
+        return self.phase == "ready" and all(e.is_up for e in self.engines.values())
+
+    async def boot(self) -> None:
+        try:
+            components = await self._load()
+            self.engines = components.engines
+            limits = Limits(max_model_len=components.max_model_len, max_n=self.max_n)
+            dispatcher = Dispatcher(components.engines, self.policy)
+            self._services = Services(
+                dispatcher=dispatcher,
+                chat=ChatService(dispatcher, self.model_name, limits, components.tokenizer),
+                completions=CompletionService(dispatcher, self.model_name, limits,
+                                              components.tokenizer))
+            # One at a time: each vLLM engine sizes itself against the memory
+            # that is free when it starts.
+            for name, engine in components.engines.items():
+                self.phase = f"starting engine {name}"
+                log.info("starting engine %r ...", name)
+                began = time.monotonic()
+                await engine.start()
+                log.info("engine %r up in %.1f s", name, time.monotonic() - began)
+            self.phase = "ready"
+            log.info("all %d engines up; ready", len(components.engines))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.phase = "failed"
+            self.error = f"{type(e).__name__}: {e}"
+            log.exception("start-up failed")
+
+    async def shutdown(self) -> None:
+        for name, engine in self.engines.items():
+            try:
+                await engine.shutdown()
+            except Exception:
+                log.exception("engine %r did not shut down cleanly", name)

@@ -1,0 +1,194 @@
+"""The request flow both OpenAI endpoints share (a template-method base).
+
+Subclasses say how to turn a wire request into a prompt and how to shape
+choices and chunks; this class validates limits, asks the dispatcher for a
+mode, and runs the engine stream to a JSON body or to SSE events.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engines.events import Failed, Finished, TextDelta, TokenLogprob
+from engines.request import GenerationRequest, SamplingOptions
+from gateway.dispatch import Dispatcher, OpenStream
+from gateway.errors import OpenAIError, bad_request, error_body
+from gateway.protocol import SamplingFields, usage
+from policies.base import DEFAULT_WORKLOAD_CLASS
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_model_len: int
+    max_n: int
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    """Everything streamed so far for one choice."""
+
+    index: int
+    text: list[str] = field(default_factory=list)
+    tokens: int = 0
+    finish_reason: str | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    chars_sent: int = 0
+    opened: bool = False
+
+    def add(self, delta: TextDelta) -> None:
+        self.text.append(delta.text)
+        self.tokens += len(delta.token_ids)
+        if delta.logprobs:
+            self.logprobs.extend(delta.logprobs)
+        if delta.finish_reason is not None:
+            self.finish_reason = "length" if delta.finish_reason == "length" else "stop"
+
+
+@dataclass(slots=True)
+class Call:
+    """One accepted request on its way through an engine."""
+
+    id: str
+    created: int
+    model: str
+    wire: SamplingFields
+    generation: GenerationRequest
+    stream: OpenStream
+    choices: list[ChoiceState]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {**self.stream.headers, "x-request-id": self.id}
+
+
+class EngineFailedError(Exception):
+    def __init__(self, failed: Failed) -> None:
+        super().__init__(failed.message)
+        self.failed = failed
+
+
+class Serving(ABC):
+    id_prefix: str
+
+    def __init__(self, dispatcher: Dispatcher, model_name: str, limits: Limits) -> None:
+        self.dispatcher = dispatcher
+        self.model_name = model_name
+        self.limits = limits
+
+    @abstractmethod
+    def prompt_token_ids(self, wire: Any) -> list[int]: ...
+
+    @abstractmethod
+    def sampling_extras(self, wire: Any) -> tuple[int | None, int | None]:
+        """(requested max_tokens or None, logprobs k or None)."""
+
+    @abstractmethod
+    def json_body(self, call: Call, finished: Finished) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def chunk_choices(self, call: Call, state: ChoiceState,
+                      delta: TextDelta) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def chunk_object(self) -> str: ...
+
+    async def start(self, wire: Any, spec_mode_header: str | None) -> Call:
+        if wire.model != self.model_name:
+            raise OpenAIError(404, f"The model '{wire.model}' does not exist; this server "
+                                   f"serves '{self.model_name}'", type="not_found_error",
+                              param="model", code="model_not_found")
+        override = self.dispatcher.parse_spec_mode(spec_mode_header)
+        prompt = self.prompt_token_ids(wire)
+        requested, logprobs_k = self.sampling_extras(wire)
+        max_tokens = self._check_length(len(prompt), requested)
+        n = wire.n or 1
+        if n > self.limits.max_n:
+            raise bad_request(f"'n' must be at most {self.limits.max_n}", param="n")
+        request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        generation = GenerationRequest(
+            request_id=request_id, prompt_token_ids=tuple(prompt),
+            sampling=SamplingOptions(
+                max_tokens=max_tokens,
+                temperature=1.0 if wire.temperature is None else wire.temperature,
+                top_p=1.0 if wire.top_p is None else wire.top_p, seed=wire.seed,
+                stop=wire.stop_tuple(), n=n, presence_penalty=wire.presence_penalty or 0.0,
+                frequency_penalty=wire.frequency_penalty or 0.0, logprobs=logprobs_k))
+        decision = self.dispatcher.decide(override, len(prompt), requested,
+                                          _workload_class(wire))
+        stream = await self.dispatcher.open(decision, generation)
+        if isinstance(stream.first, Failed):
+            await stream.aclose()
+            raise OpenAIError(503, stream.first.message, type="server_error",
+                              code="engine_failed", headers={"Retry-After": "1"})
+        return Call(id=request_id, created=int(time.time()), model=self.model_name, wire=wire,
+                    generation=generation, stream=stream,
+                    choices=[ChoiceState(i) for i in range(n)])
+
+    def _check_length(self, prompt_tokens: int, requested: int | None) -> int:
+        limit = self.limits.max_model_len
+        if prompt_tokens == 0:
+            raise bad_request("the prompt is empty", param="prompt")
+        if requested is None:
+            if prompt_tokens >= limit:
+                raise bad_request(
+                    f"This model's maximum context length is {limit} tokens; the prompt "
+                    f"has {prompt_tokens}. Please shorten it.", code="context_length_exceeded")
+            return limit - prompt_tokens
+        if prompt_tokens + requested > limit:
+            raise bad_request(
+                f"This model's maximum context length is {limit} tokens. However, you "
+                f"requested {prompt_tokens + requested} tokens ({prompt_tokens} in the prompt, "
+                f"{requested} for the completion). Please reduce the prompt or max_tokens.",
+                param="max_tokens", code="context_length_exceeded")
+        return requested
+
+    async def collect(self, call: Call) -> dict[str, Any]:
+        async for event in call.stream.events():
+            if isinstance(event, TextDelta):
+                call.choices[event.index].add(event)
+            elif isinstance(event, Failed):
+                raise OpenAIError(502 if not event.retryable else 503, event.message,
+                                  type="server_error", code="engine_failed")
+            else:
+                return self.json_body(call, event)
+        raise OpenAIError(502, "the engine stream ended without finishing", type="server_error")
+
+    async def sse(self, call: Call) -> AsyncIterator[str]:
+        include_usage = bool(call.wire.stream_options and call.wire.stream_options.include_usage)
+        extra = {"usage": None} if include_usage else {}
+        async for event in call.stream.events():
+            if isinstance(event, TextDelta):
+                state = call.choices[event.index]
+                state.add(event)
+                for choice in self.chunk_choices(call, state, event):
+                    yield _sse(self._chunk(call, [choice], extra))
+            elif isinstance(event, Failed):
+                yield _sse(error_body(event.message, "server_error", code="engine_failed"))
+                break
+            else:
+                if include_usage:
+                    yield _sse(self._chunk(call, [], {
+                        "usage": usage(event.prompt_tokens, event.completion_tokens)}))
+                break
+        yield "data: [DONE]\n\n"
+
+    def _chunk(self, call: Call, choices: list[dict[str, Any]],
+               extra: dict[str, Any]) -> dict[str, Any]:
+        return {"id": call.id, "object": self.chunk_object(), "created": call.created,
+                "model": call.model, "choices": choices, **extra}
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def _workload_class(wire: SamplingFields) -> str:
+    if wire.metadata and "workload_class" in wire.metadata:
+        return wire.metadata["workload_class"]
+    return DEFAULT_WORKLOAD_CLASS

@@ -1,0 +1,128 @@
+"""The one settings object: defaults < config file < ``SPECGATE_*`` env < CLI flags."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
+                               YamlConfigSettingsSource)
+
+AUTO = "auto"
+EMBEDDED_DRAFTER_PREFIX = "embedded:"
+_MODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+class ModeSettings(BaseModel):
+    """One decoding mode. Keys other than those below go into vLLM's
+    ``speculative_config`` unchanged (``prompt_lookup_max``, ``draft_tensor_parallel_size``...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    method: str | None = Field(None, description="vLLM speculative method; absent = plain decoding")
+    model: str | None = Field(None, description="drafter path; 'embedded:eagle3' etc. for the "
+                                                "embedded default's drafters")
+    num_speculative_tokens: int | None = Field(None, ge=1, le=64)
+    kv_cache_gib: float | None = Field(None, gt=0, description="KV cache for this engine")
+    cpu_threads_bind: str | None = Field(None, description="CPU build: cores for this engine")
+
+    @model_validator(mode="after")
+    def _speculative_needs_method(self) -> ModeSettings:
+        if self.method is None and (self.model or self.num_speculative_tokens or self.model_extra):
+            raise ValueError("a speculative mode needs 'method' (eagle3, dflash, ngram, ...)")
+        if self.method is not None and self.num_speculative_tokens is None:
+            raise ValueError(f"method {self.method!r} needs 'num_speculative_tokens'")
+        return self
+
+    def speculative_config(self) -> dict[str, Any] | None:
+        if self.method is None:
+            return None
+        config: dict[str, Any] = {"method": self.method,
+                                  "num_speculative_tokens": self.num_speculative_tokens}
+        if self.model is not None:
+            config["model"] = self.model
+        config.update(self.model_extra or {})
+        return config
+
+
+class PolicySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["rule"] = "rule"
+    max_batch_for_speculation: int = Field(32, ge=0)
+    min_tokens_for_speculation: int = Field(50, ge=0)
+    dflash_min_acceptance: float = Field(0.7, ge=0.0, le=1.0)
+
+
+def embedded_default_modes() -> dict[str, ModeSettings]:
+    """The CPU demo set: plain, prompt lookup, and the project's own drafters."""
+    return {
+        "standard": ModeSettings(),
+        "ngram": ModeSettings(method="ngram", num_speculative_tokens=4,
+                              prompt_lookup_max=4, prompt_lookup_min=2),  # type: ignore[call-arg]
+        "eagle3": ModeSettings(method="eagle3", model=f"{EMBEDDED_DRAFTER_PREFIX}eagle3",
+                               num_speculative_tokens=3),
+        "dflash": ModeSettings(method="dflash", model=f"{EMBEDDED_DRAFTER_PREFIX}dflash",
+                               num_speculative_tokens=4),
+    }
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECGATE_", env_nested_delimiter="__",
+                                      extra="forbid", validate_default=True)
+
+    config: Path | None = Field(None, description="YAML config file")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    model: str | None = Field(None, description="model directory; absent = embedded "
+                                                "SmolLM2-135M-Instruct")
+    served_model_name: str | None = None
+    cache_dir: Path = Field(Path.home() / ".cache" / "specgate",
+                            description="where the embedded model and drafters are prepared")
+    modes: dict[str, ModeSettings] | None = Field(
+        None, description="decoding modes; absent = the embedded default set, or "
+                          "'standard' only for a model of your own")
+    kv_cache_gib: float = Field(0.25, gt=0, description="KV cache per engine unless the mode sets it")
+    max_model_len: int = Field(2048, ge=16)
+    dtype: str = "bfloat16"
+    enforce_eager: bool = True
+    max_n: int = Field(8, ge=1, le=128, description="largest 'n' a request may ask for")
+    policy: PolicySettings = PolicySettings()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("modes")
+    @classmethod
+    def _mode_names(cls, modes: dict[str, ModeSettings] | None) -> dict[str, ModeSettings] | None:
+        if modes is None:
+            return None
+        if not modes:
+            raise ValueError("configure at least one mode")
+        for name in modes:
+            if name == AUTO or not _MODE_NAME.match(name):
+                raise ValueError(f"mode name {name!r} must match {_MODE_NAME.pattern} "
+                                 f"and not be {AUTO!r}")
+        return modes
+
+    def resolved_modes(self) -> dict[str, ModeSettings]:
+        if self.modes is not None:
+            return self.modes
+        return embedded_default_modes() if self.model is None else {"standard": ModeSettings()}
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        init_kwargs: dict[str, Any] = getattr(init_settings, "init_kwargs", {})
+        config_file = init_kwargs.get("config") or os.environ.get("SPECGATE_CONFIG")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config_file:
+            path = Path(config_file)
+            if not path.is_file():
+                raise FileNotFoundError(f"config file not found: {path}")
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)

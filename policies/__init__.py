@@ -1,0 +1,1 @@
+"""Policies: decide which decoding mode serves a request, from typed inputs."""

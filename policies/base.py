@@ -1,0 +1,69 @@
+"""The decision contract: typed inputs in, a ``Decision`` out, no I/O inside.
+
+``decide`` must stay pure (no clock reads, no network, no engine calls) so that
+it is cheap on the request path, testable from tables, and replayable from a
+decision log. Whatever it needs, including the time, arrives in ``DecisionInput``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+DEFAULT_WORKLOAD_CLASS = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class ModeLoad:
+    """What the policy knows about one configured mode's engine right now."""
+
+    mode: str
+    up: bool
+    batch_size: int
+    speculative: bool
+    kv_cache_usage: float = 0.0
+    # Measured draft acceptance (accepted / drafted) over a recent window;
+    # None until the engine has drafted anything.
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionInput:
+    modes: Mapping[str, ModeLoad]
+    prompt_tokens: int
+    # The caller's max_tokens; None when the caller left it open.
+    max_tokens: int | None
+    now: float
+    # A configured mode the caller forced with ``x-spec-mode``; None for auto.
+    override: str | None = None
+    workload_class: str = DEFAULT_WORKLOAD_CLASS
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    mode: str
+    # A few words for the ``x-spec-decision`` header, e.g. ``rule:batch>32``.
+    reason: str
+    scores: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+class NoModeAvailable(Exception):
+    """Every configured mode is down; nothing can serve the request."""
+
+
+class Policy(ABC):
+    name: str
+
+    @abstractmethod
+    def decide(self, inputs: DecisionInput) -> Decision:
+        """Pick the mode to serve one request. Raises NoModeAvailable."""
+
+
+def override_decision(inputs: DecisionInput) -> Decision | None:
+    """A forced mode wins whenever it was given; shared by every policy."""
+    if inputs.override is None:
+        return None
+    return Decision(inputs.override, "override")

