@@ -1,0 +1,71 @@
+"""One settings object: defaults < config file < SPECGATE_* env < CLI flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.cli import _parser, load_settings
+from gateway.settings import Settings
+
+
+def test_defaults_are_the_embedded_cpu_set() -> None:
+    s = Settings()
+    assert (s.host, s.port, s.model) == ("127.0.0.1", 8000, None)
+    assert list(s.resolved_modes()) == ["standard", "ngram", "eagle3", "dflash"]
+    assert s.resolved_modes()["standard"].speculative_config() is None
+    assert s.resolved_modes()["ngram"].speculative_config() == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2}
+
+
+def test_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "specgate.yaml"
+    config.write_text("port: 9001\nhost: 0.0.0.0\nmodes:\n  standard: {}\n"
+                      "  eagle3: {method: eagle3, model: /d/eagle, num_speculative_tokens: 3}\n"
+                      "policy:\n  max_batch_for_speculation: 16\n")
+    monkeypatch.setenv("SPECGATE_PORT", "9002")
+    monkeypatch.setenv("SPECGATE_POLICY__DFLASH_MIN_ACCEPTANCE", "0.5")
+    s = load_settings(_parser().parse_args(["serve", "--config", str(config), "--host", "::1"]))
+    assert s.host == "::1"               # CLI beats the file
+    assert s.port == 9002                # env beats the file
+    assert s.policy.max_batch_for_speculation == 16
+    assert s.policy.dflash_min_acceptance == 0.5
+    assert s.resolved_modes()["eagle3"].speculative_config() == {
+        "method": "eagle3", "num_speculative_tokens": 3, "model": "/d/eagle"}
+
+
+def test_config_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("max_n: 3\n")
+    monkeypatch.setenv("SPECGATE_CONFIG", str(config))
+    assert Settings().max_n == 3
+
+
+@pytest.mark.parametrize("bad", [
+    {"port": 0},
+    {"modes": {}},
+    {"modes": {"auto": {}}},
+    {"modes": {"Bad Name": {}}},
+    {"modes": {"x": {"model": "/d"}}},
+    {"modes": {"x": {"method": "eagle3"}}},
+    {"policy": {"dflash_min_acceptance": 2}},
+    {"policy": {"unknown_knob": 1}},
+    {"not_a_setting": 1},
+])
+def test_refuses_bad_values(bad: dict) -> None:
+    with pytest.raises(ValidationError):
+        Settings(**bad)
+
+
+def test_bad_config_file_names_the_field(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("port: -5\n")
+    with pytest.raises(SystemExit) as exc:
+        load_settings(_parser().parse_args(["serve", "--config", str(config)]))
+    assert "port" in str(exc.value.code)
+    with pytest.raises(SystemExit) as exc:
+        load_settings(_parser().parse_args(["serve", "--config", str(tmp_path / "none.yaml")]))
+    assert "not found" in str(exc.value.code)
