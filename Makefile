@@ -19,7 +19,10 @@ serve: install
 prepare: install
 	$(VENV)/bin/specgate prepare
 
+# The whole suite: lint and types, the fast tier, and the real vLLM tier.
 test: install
+	$(VENV)/bin/ruff check gateway engines policies tests bench
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
 test-fast: install

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+DType = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 
 
 @dataclass(frozen=True)
@@ -14,7 +16,7 @@ class EngineSpec:
     speculative_config: dict[str, Any] | None = None
     kv_cache_bytes: int = 256 * 1024**2
     max_model_len: int = 2048
-    dtype: str = "bfloat16"
+    dtype: DType = "bfloat16"
     enforce_eager: bool = True
     seed: int = 0
     # CPU build only: the cores this engine's worker binds to ("0", "0-3",

@@ -69,8 +69,8 @@ class VllmEngine(Engine):
         self.startup_seconds = time.monotonic() - began
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
-        from vllm.inputs.engine import tokens_input
         from vllm.exceptions import VLLMClientError
+        from vllm.inputs.engine import tokens_input
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
         if not self.is_up:

@@ -26,6 +26,11 @@ async def ready(runtime: RuntimeDep) -> JSONResponse:
         s = engine.stats()
         engines[name] = {"up": s.up, "in_flight": s.in_flight, "running": s.running,
                          "waiting": s.waiting, "kv_cache_usage": round(s.kv_cache_usage, 4)}
+        if s.spec is not None:
+            engines[name]["spec_decode"] = {
+                "drafts": s.spec.num_drafts, "draft_tokens": s.spec.num_draft_tokens,
+                "accepted_tokens": s.spec.num_accepted_tokens,
+                "recent_acceptance_rate": s.recent_acceptance_rate}
     body = {"status": "ready" if runtime.ready else "not_ready", "phase": runtime.phase,
             "error": runtime.error, "engines": engines}
     return JSONResponse(body, status_code=200 if runtime.ready else 503)

@@ -8,8 +8,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
-                               YamlConfigSettingsSource)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from engines.spec import DType
 
 AUTO = "auto"
 EMBEDDED_DRAFTER_PREFIX = "embedded:"
@@ -62,7 +68,7 @@ def embedded_default_modes() -> dict[str, ModeSettings]:
     return {
         "standard": ModeSettings(),
         "ngram": ModeSettings(method="ngram", num_speculative_tokens=4,
-                              prompt_lookup_max=4, prompt_lookup_min=2),  # type: ignore[call-arg]
+                              prompt_lookup_max=4, prompt_lookup_min=2),
         "eagle3": ModeSettings(method="eagle3", model=f"{EMBEDDED_DRAFTER_PREFIX}eagle3",
                                num_speculative_tokens=3),
         "dflash": ModeSettings(method="dflash", model=f"{EMBEDDED_DRAFTER_PREFIX}dflash",
@@ -85,9 +91,10 @@ class Settings(BaseSettings):
     modes: dict[str, ModeSettings] | None = Field(
         None, description="decoding modes; absent = the embedded default set, or "
                           "'standard' only for a model of your own")
-    kv_cache_gib: float = Field(0.25, gt=0, description="KV cache per engine unless the mode sets it")
+    kv_cache_gib: float = Field(0.25, gt=0,
+                                description="KV cache per engine unless the mode sets it")
     max_model_len: int = Field(2048, ge=16)
-    dtype: str = "bfloat16"
+    dtype: DType = "bfloat16"
     enforce_eager: bool = True
     max_n: int = Field(8, ge=1, le=128, description="largest 'n' a request may ask for")
     policy: PolicySettings = PolicySettings()

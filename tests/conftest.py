@@ -44,7 +44,8 @@ def fake_engines(token_delay_s: float = 0.0) -> dict[str, FakeEngine]:
     }
 
 
-async def serve(engines: dict[str, FakeEngine], max_model_len: int = 512) -> AsyncIterator[FakeGateway]:
+async def serve(engines: dict[str, FakeEngine],
+                max_model_len: int = 512) -> AsyncIterator[FakeGateway]:
     components = Components(model_name=MODEL, tokenizer=FakeTokenizer(), engines=engines,
                             max_model_len=max_model_len)
     app = create_app(Settings(modes={name: {} for name in engines}),  # type: ignore[arg-type]

@@ -11,8 +11,8 @@ from tests.conftest import MODEL, FakeGateway
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
 
 
-async def wait_until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.02)):
+async def wait_until(predicate, limit_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(limit_s / 0.02)):
         if predicate():
             return
         await asyncio.sleep(0.02)
@@ -22,7 +22,8 @@ async def wait_until(predicate, timeout: float = 5.0) -> None:  # type: ignore[n
 async def test_streaming_disconnect_aborts(slow_gateway: FakeGateway) -> None:
     engine = slow_gateway.engines["standard"]
     async with httpx.AsyncClient(base_url=slow_gateway.url) as client:
-        async with client.stream("POST", "/v1/chat/completions", headers={"x-spec-mode": "standard"},
+        async with client.stream("POST", "/v1/chat/completions",
+                                 headers={"x-spec-mode": "standard"},
                                  json={**CHAT, "stream": True}) as r:
             assert r.status_code == 200
             async for line in r.aiter_lines():

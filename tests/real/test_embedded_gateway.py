@@ -1,0 +1,148 @@
+"""End to end: the official openai client, real HTTP, real vLLM CPU engines."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.real.conftest import RealGateway
+
+pytestmark = pytest.mark.real
+
+MODES = ("standard", "ngram", "eagle3", "dflash")
+# Copy-heavy prompts give the n-gram proposer something to accept; the rest are free text.
+GREEDY_PROMPTS = (
+    "What is the capital of France?",
+    "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat.",
+    "Write a haiku about the sea.",
+    "List the numbers from 1 to 12, separated by commas.",
+    "Explain in one sentence what a CPU does.",
+)
+
+
+def client(gw: RealGateway) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0,
+                              timeout=600)
+
+
+async def test_models_and_paris(real_gateway: RealGateway) -> None:
+    c = client(real_gateway)
+    models = await c.models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct"]
+    reply = await c.chat.completions.create(
+        model=real_gateway.model, temperature=0, max_tokens=30,
+        messages=[{"role": "user", "content": "What is the capital of France?"}])
+    assert "Paris" in (reply.choices[0].message.content or "")
+    await c.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_each_mode_chat_and_completions(real_gateway: RealGateway, mode: str) -> None:
+    c = client(real_gateway)
+    headers = {"x-spec-mode": mode}
+    raw = await c.chat.completions.with_raw_response.create(
+        model=real_gateway.model, temperature=0, max_tokens=12, extra_headers=headers,
+        messages=[{"role": "user", "content": "Name three colours."}])
+    assert raw.headers["x-spec-mode"] == mode
+    assert raw.headers["x-spec-decision"] == "override"
+    chat = raw.parse()
+    assert chat.choices[0].message.content
+    assert chat.usage is not None and 0 < chat.usage.completion_tokens <= 12
+
+    stream = await c.chat.completions.create(
+        model=real_gateway.model, temperature=0, max_tokens=12, extra_headers=headers,
+        stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Name three colours."}])
+    parts, usage = [], None
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+        usage = chunk.usage or usage
+    assert "".join(parts) == chat.choices[0].message.content
+    assert usage is not None and usage.completion_tokens == chat.usage.completion_tokens
+    assert usage.prompt_tokens == chat.usage.prompt_tokens
+
+    text = await c.completions.create(model=real_gateway.model, prompt="Once upon a time",
+                                      max_tokens=8, temperature=0, extra_headers=headers)
+    assert text.choices[0].finish_reason == "length"
+    assert text.usage is not None and text.usage.completion_tokens == 8
+    streamed = await c.completions.create(model=real_gateway.model, prompt="Once upon a time",
+                                          max_tokens=8, temperature=0, extra_headers=headers,
+                                          stream=True)
+    assert "".join([ch.choices[0].text async for ch in streamed if ch.choices]) == \
+        text.choices[0].text
+    await c.close()
+
+
+async def test_usage_matches_the_tokens_returned(real_gateway: RealGateway) -> None:
+    c = client(real_gateway)
+    reply = await c.chat.completions.create(
+        model=real_gateway.model, temperature=0, max_tokens=20, logprobs=True, top_logprobs=2,
+        messages=[{"role": "user", "content": "Say something about cats."}],
+        extra_headers={"x-spec-mode": "standard"})
+    content = reply.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert reply.usage is not None
+    assert len(content) == reply.usage.completion_tokens
+    assert "".join(e.token for e in content) == reply.choices[0].message.content
+    assert all(len(e.top_logprobs) == 2 and e.logprob <= 0 for e in content)
+    await c.close()
+
+
+async def test_greedy_outputs_identical_across_modes(real_gateway: RealGateway) -> None:
+    """Speculative decoding is lossless: drafts are verified, so greedy text cannot change."""
+    c = client(real_gateway)
+
+    async def run(mode: str, prompt: str) -> str:
+        reply = await c.chat.completions.create(
+            model=real_gateway.model, temperature=0, max_tokens=24,
+            messages=[{"role": "user", "content": prompt}], extra_headers={"x-spec-mode": mode})
+        return reply.choices[0].message.content or ""
+
+    outputs = {mode: await asyncio.gather(*(run(mode, p) for p in GREEDY_PROMPTS))
+               for mode in MODES}
+    for mode in MODES[1:]:
+        assert outputs[mode] == outputs["standard"], f"{mode} differs from standard"
+    # The speculative engines really drafted (and verified) while producing them.
+    for mode in MODES[1:]:
+        spec = real_gateway.engine_stats(mode)["spec_decode"]
+        assert spec["drafts"] > 0 and spec["draft_tokens"] > 0, mode
+    assert real_gateway.engine_stats("ngram")["spec_decode"]["accepted_tokens"] > 0
+    await c.close()
+
+
+async def test_unknown_mode_and_forced_dflash(real_gateway: RealGateway) -> None:
+    async with httpx.AsyncClient(base_url=real_gateway.url, timeout=300) as h:
+        body = {"model": real_gateway.model, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hi"}]}
+        bad = await h.post("/v1/chat/completions", json=body, headers={"x-spec-mode": "nonsense"})
+        assert bad.status_code == 400
+        assert all(m in bad.json()["error"]["message"] for m in ("auto", *MODES))
+        ok = await h.post("/v1/chat/completions", json=body, headers={"x-spec-mode": "dflash"})
+        assert ok.status_code == 200 and ok.headers["x-spec-mode"] == "dflash"
+
+
+@pytest.mark.parametrize("mode", ["standard", "eagle3"])
+async def test_client_disconnect_leaves_nothing_running(real_gateway: RealGateway,
+                                                        mode: str) -> None:
+    async with httpx.AsyncClient(base_url=real_gateway.url, timeout=300) as h:
+        body = {"model": real_gateway.model, "max_tokens": 400, "stream": True,
+                "messages": [{"role": "user", "content": "Write a very long story."}]}
+        async with h.stream("POST", "/v1/chat/completions", json=body,
+                            headers={"x-spec-mode": mode}) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if '"content":"' in line and '"content":""' not in line:
+                    break
+            assert real_gateway.engine_stats(mode)["in_flight"] == 1
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        stats = real_gateway.engine_stats(mode)
+        if stats["in_flight"] == 0 and stats["running"] == 0:
+            break
+        await asyncio.sleep(0.25)
+    stats = real_gateway.engine_stats(mode)
+    assert (stats["in_flight"], stats["running"], stats["waiting"]) == (0, 0, 0)
