@@ -60,12 +60,14 @@ class VllmEngine(Engine):
             **s.extra_engine_args,
         )
         began = time.monotonic()
+        loggers = [make_stat_logger_factory(self._counters)]
         with _env("VLLM_CPU_OMP_THREADS_BIND", s.cpu_threads_bind):
-            # The constructor starts the engine-core child process and blocks
-            # until the model is loaded; it must run on the event loop because
-            # its ZMQ sockets and output task bind to the running loop.
-            self._llm = AsyncLLM.from_engine_args(
-                args, stat_loggers=[make_stat_logger_factory(self._counters)])
+            # The constructor blocks until the engine-core child process has
+            # loaded the model (tens of seconds), so it runs in a thread to keep
+            # /health answering. Off the loop, AsyncLLM defers its output tasks
+            # to the first request, which then runs on the loop as it must.
+            self._llm = await asyncio.to_thread(
+                AsyncLLM.from_engine_args, args, stat_loggers=loggers)
         self.startup_seconds = time.monotonic() - began
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
@@ -145,7 +147,12 @@ class VllmEngine(Engine):
         if self._llm is None or self._closed:
             return
         self._closed = True
-        await asyncio.to_thread(self._llm.shutdown)
+        llm, self._llm = self._llm, None
+        # Stop reading outputs first, or the reader logs the engine's exit as a crash.
+        handler = getattr(llm, "output_handler", None)
+        if handler is not None:
+            handler.cancel()
+        await asyncio.to_thread(llm.shutdown)
 
 
 @contextmanager
