@@ -59,7 +59,7 @@ def _make_engine(settings: Settings, name: str, mode: ModeSettings, model_dir: s
     spec = EngineSpec(
         mode=name, model=model_dir, speculative_config=spec_config,
         kv_cache_bytes=int(kv_gib * 1024**3), max_model_len=settings.max_model_len,
-        dtype=settings.dtype, enforce_eager=settings.enforce_eager,
+        dtype=settings.resolved_dtype(), enforce_eager=settings.enforce_eager,
         # Spread CPU engines over the cores; vLLM would bind them all to one.
         cpu_threads_bind=mode.cpu_threads_bind or (default_bind if _cpu_build() else None))
     return VllmEngine(spec)

@@ -94,7 +94,10 @@ class Settings(BaseSettings):
     kv_cache_gib: float = Field(0.25, gt=0,
                                 description="KV cache per engine unless the mode sets it")
     max_model_len: int = Field(2048, ge=16)
-    dtype: DType = "bfloat16"
+    dtype: DType | None = Field(
+        None, description="weights/activations dtype; absent = float32 for the embedded "
+                          "model (greedy output then does not depend on batch shape on CPU), "
+                          "'auto' (the checkpoint's own) otherwise")
     enforce_eager: bool = True
     max_n: int = Field(8, ge=1, le=128, description="largest 'n' a request may ask for")
     policy: PolicySettings = PolicySettings()
@@ -112,6 +115,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"mode name {name!r} must match {_MODE_NAME.pattern} "
                                  f"and not be {AUTO!r}")
         return modes
+
+    def resolved_dtype(self) -> DType:
+        if self.dtype is not None:
+            return self.dtype
+        return "float32" if self.model is None else "auto"
 
     def resolved_modes(self) -> dict[str, ModeSettings]:
         if self.modes is not None:

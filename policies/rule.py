@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.base import (Decision, DecisionInput, ModeLoad, NoModeAvailable, Policy,
-                           override_decision)
+from policies.base import (
+    Decision,
+    DecisionInput,
+    ModeLoad,
+    NoModeAvailable,
+    Policy,
+    override_decision,
+)
 
 
 @dataclass(frozen=True, slots=True)

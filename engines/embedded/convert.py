@@ -1,13 +1,15 @@
 """Turn the GGUF file into an ordinary Hugging Face model directory.
 
-vLLM can read some GGUF files itself, but speculative decoding, the drafters'
-shared embeddings and the chat template all behave best with a plain
-safetensors checkpoint, so we convert once and serve that.
+The drafters and vLLM's speculative-decoding paths were checked against a
+plain bf16 safetensors checkpoint (with the GGUF's own chat template), so we
+convert once at preparation time and serve that directory.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 
 class ConversionError(RuntimeError):
@@ -20,6 +22,10 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     ``out_dir`` must not hold a previous model; the caller builds into a fresh
     temporary directory and moves it into place once this returns.
     """
+    if importlib.util.find_spec("accelerate") is None:
+        # transformers refuses every GGUF model load without it; say so up front
+        # instead of after the tokenizer has been parsed.
+        raise ConversionError("loading a GGUF model needs the 'accelerate' package")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
@@ -55,19 +61,16 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         raise ConversionError(f"chat template did not survive saving to {out_dir}")
 
 
-def _check_tied_head(model: object) -> None:
+def _check_tied_head(model: Any) -> None:
     """A GGUF without an ``output`` tensor means the head reuses the embeddings.
 
     If the config said otherwise, vLLM would allocate an untouched random LM
     head and the model would talk nonsense without any error.
     """
-    config = getattr(model, "config")
-    head = getattr(model, "lm_head").weight
-    embed = getattr(model, "model").embed_tokens.weight
-    tied = head.data_ptr() == embed.data_ptr()
-    if bool(config.tie_word_embeddings) != tied:
+    tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    if bool(model.config.tie_word_embeddings) != tied:
         raise ConversionError(
-            f"tie_word_embeddings={config.tie_word_embeddings} but the LM head "
+            f"tie_word_embeddings={model.config.tie_word_embeddings} but the LM head "
             f"{'is' if tied else 'is not'} the embedding matrix"
         )
 

@@ -94,7 +94,7 @@ def write_eagle3_drafter(out_dir: Path, target: TargetShape, *, seed: int = 0) -
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux_ids,
                          "use_aux_hidden_state": True},
     }
-    q, kv = target.num_attention_heads * target.head_dim, target.num_key_value_heads * target.head_dim
+    q, kv = _q_kv_sizes(target)
     shapes: dict[str, tuple[int, ...]] = {
         # The single layer attends over [embedding; hidden], hence 2*h inputs.
         "midlayer.self_attn.q_proj.weight": (q, 2 * h),
@@ -112,7 +112,7 @@ def write_eagle3_drafter(out_dir: Path, target: TargetShape, *, seed: int = 0) -
 
 
 def write_dflash_drafter(out_dir: Path, target: TargetShape, *, mask_token_id: int,
-                         num_layers: int = 2, block_size: int = 4, seed: int = 0) -> None:
+                         num_layers: int = 2, block_size: int = 5, seed: int = 0) -> None:
     """vLLM ignores ``block_size``; serve with num_speculative_tokens = block_size - 1."""
     if not 0 <= mask_token_id < target.vocab_size:
         raise ValueError(f"mask_token_id {mask_token_id} outside vocab {target.vocab_size}")
@@ -131,7 +131,7 @@ def write_dflash_drafter(out_dir: Path, target: TargetShape, *, mask_token_id: i
         "block_size": block_size,
         "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": layer_ids},
     }
-    q, kv = target.num_attention_heads * target.head_dim, target.num_key_value_heads * target.head_dim
+    q, kv = _q_kv_sizes(target)
     shapes: dict[str, tuple[int, ...]] = {}
     for i in range(num_layers):
         p = f"layers.{i}"
@@ -149,6 +149,11 @@ def write_dflash_drafter(out_dir: Path, target: TargetShape, *, mask_token_id: i
     shapes |= {"norm.weight": (h,), "hidden_norm.weight": (h,),
                "fc.weight": (h, len(layer_ids) * h)}
     _write(out_dir, config, shapes, seed, "DFlash")
+
+
+def _q_kv_sizes(target: TargetShape) -> tuple[int, int]:
+    return (target.num_attention_heads * target.head_dim,
+            target.num_key_value_heads * target.head_dim)
 
 
 def _size_keys(target: TargetShape) -> dict[str, Any]:

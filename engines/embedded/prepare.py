@@ -63,14 +63,11 @@ def prepare_embedded(cache_dir: Path, progress: Progress = print) -> EmbeddedMod
         shutil.rmtree(downloads, ignore_errors=True)
 
         target = TargetShape.from_model_dir(model.target_dir)
-        mask_id = special_token_id(model.target_dir, DFLASH_MASK_TOKEN)
         _build_once(model.eagle3_dir, "untrained EAGLE-3 drafter",
                     lambda out: write_eagle3_drafter(out, target, seed=DRAFTER_SEED),
                     progress)
         _build_once(model.dflash_dir, "untrained DFlash drafter",
-                    lambda out: write_dflash_drafter(out, target, mask_token_id=mask_id,
-                                                     seed=DRAFTER_SEED),
-                    progress)
+                    lambda out: _build_dflash(model.target_dir, target, out), progress)
     return model
 
 
@@ -91,6 +88,11 @@ def _build_target(downloads: Path, out: Path, progress: Progress) -> None:
     started = time.monotonic()
     convert_gguf(gguf, out)
     progress(f"converted in {time.monotonic() - started:.1f} s")
+
+
+def _build_dflash(target_dir: Path, target: TargetShape, out: Path) -> None:
+    mask_id = special_token_id(target_dir, DFLASH_MASK_TOKEN)
+    write_dflash_drafter(out, target, mask_token_id=mask_id, seed=DRAFTER_SEED)
 
 
 def _build_once(final: Path, what: str, build: Callable[[Path], None],

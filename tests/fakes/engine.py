@@ -11,8 +11,15 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
-from engines.events import (Failed, Finished, GenerationEvent, SpecDecodeSummary, TextDelta,
-                            TokenLogprob, TopLogprob)
+from engines.events import (
+    Failed,
+    Finished,
+    GenerationEvent,
+    SpecDecodeSummary,
+    TextDelta,
+    TokenLogprob,
+    TopLogprob,
+)
 from engines.request import GenerationRequest
 from engines.stats import EngineStats, SpecDecodeCounters
 from engines.tokenizer import ChatTurn
