@@ -11,7 +11,6 @@ from fastapi import FastAPI
 from gateway import health, models
 from gateway.chat import router as chat_router
 from gateway.completions import router as completions_router
-from gateway.disconnect import ClientDisconnected
 from gateway.errors import install_error_handlers
 from gateway.runtime import Components, Runtime
 from gateway.settings import Settings
@@ -61,12 +60,6 @@ def create_app(settings: Settings, *, components: Components | None = None,
     app.state.runtime = runtime
     app.state.settings = settings
     install_error_handlers(app)
-
-    @app.exception_handler(ClientDisconnected)
-    async def _gone(request: object, exc: ClientDisconnected) -> object:
-        from fastapi.responses import Response
-        return Response(status_code=499)
-
     for module in (health, models, chat_router, completions_router):
         app.include_router(module.router)
     return app

@@ -7,12 +7,15 @@ errors are logged with the request id and answered with a generic message.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway.disconnect import ClientDisconnected
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,11 @@ def install_error_handlers(app: FastAPI) -> None:
         message, param = _validation_message(exc)
         return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
 
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(request: Request, exc: ClientDisconnected) -> Response:
+        # Nobody reads this; 499 (nginx's "client closed request") marks it in access logs.
+        return Response(status_code=499)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
@@ -96,8 +104,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        request_id = getattr(request.state, "request_id", "-")
-        log.exception("unhandled error in request %s", request_id)
+        error_id = uuid.uuid4().hex[:16]
+        log.exception("unhandled error %s in %s %s", error_id, request.method, request.url.path)
         return JSONResponse(
-            error_body(f"internal server error (request id {request_id})", "server_error"),
+            error_body(f"internal server error (error id {error_id})", "server_error"),
             status_code=500)

@@ -123,3 +123,20 @@ async def test_bad_requests_leave_the_gateway_working(gateway: FakeGateway) -> N
     r = await gateway.client.post("/v1/chat/completions",
                                   json={"model": MODEL, "messages": OK_MESSAGES, "max_tokens": 2})
     assert r.status_code == 200
+
+
+async def test_internal_errors_are_500_without_internal_text(gateway: FakeGateway,
+                                                              caplog: pytest.LogCaptureFixture
+                                                              ) -> None:
+    async def broken(request):  # type: ignore[no-untyped-def]
+        raise RuntimeError("secret internal detail")
+        yield  # pragma: no cover
+
+    gateway.engines["standard"].generate = broken  # type: ignore[method-assign]
+    r = await gateway.client.post("/v1/chat/completions", headers={"x-spec-mode": "standard"},
+                                  json={"model": MODEL, "messages": OK_MESSAGES})
+    error = assert_envelope(r, 500)
+    assert error["type"] == "server_error"
+    assert "secret" not in r.text
+    assert "error id" in error["message"]
+    assert "secret internal detail" in caplog.text
