@@ -91,7 +91,8 @@ async def main(args: argparse.Namespace) -> None:
     model = prepare_embedded(Path(args.cache_dir))
     tokenizer = HfTokenizer(str(model.target_dir))
     engine = VllmEngine(EngineSpec(mode="standard", model=str(model.target_dir),
-                                   max_model_len=1024, kv_cache_bytes=512 * 1024**2))
+                                   max_model_len=1024, kv_cache_bytes=512 * 1024**2,
+                                   dtype=Settings().resolved_dtype()))
     print("starting the engine ...", flush=True)
     await engine.start()
     app = create_app(Settings(modes={"standard": {}}),  # type: ignore[dict-item]

@@ -146,3 +146,50 @@ async def test_client_disconnect_leaves_nothing_running(real_gateway: RealGatewa
         await asyncio.sleep(0.25)
     stats = real_gateway.engine_stats(mode)
     assert (stats["in_flight"], stats["running"], stats["waiting"]) == (0, 0, 0)
+
+
+async def test_non_streaming_disconnect_aborts(real_gateway: RealGateway) -> None:
+    body = {"model": real_gateway.model, "max_tokens": 400,
+            "messages": [{"role": "user", "content": "Write a very long story."}]}
+
+    async def call() -> None:
+        async with httpx.AsyncClient(base_url=real_gateway.url, timeout=300) as h:
+            await h.post("/v1/chat/completions", json=body, headers={"x-spec-mode": "ngram"})
+
+    task = asyncio.create_task(call())
+    deadline = time.monotonic() + 20
+    while real_gateway.engine_stats("ngram")["in_flight"] == 0:
+        assert time.monotonic() < deadline, "the request never reached the engine"
+        await asyncio.sleep(0.1)
+    task.cancel()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        stats = real_gateway.engine_stats("ngram")
+        if stats["in_flight"] == 0 and stats["running"] == 0:
+            break
+        await asyncio.sleep(0.25)
+    stats = real_gateway.engine_stats("ngram")
+    assert (stats["in_flight"], stats["running"], stats["waiting"]) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("mode", ["standard", "ngram"])
+async def test_n_choices_and_completion_logprobs(real_gateway: RealGateway, mode: str) -> None:
+    c = client(real_gateway)
+    reply = await c.chat.completions.create(
+        model=real_gateway.model, temperature=0.8, seed=7, max_tokens=10, n=2,
+        messages=[{"role": "user", "content": "Tell me a fact."}],
+        extra_headers={"x-spec-mode": mode})
+    assert [ch.index for ch in reply.choices] == [0, 1]
+    assert all(ch.message.content for ch in reply.choices)
+    assert reply.usage is not None and reply.usage.completion_tokens <= 20
+    text = await c.completions.create(model=real_gateway.model, prompt="The sky is",
+                                      max_tokens=5, temperature=0, logprobs=3,
+                                      extra_headers={"x-spec-mode": mode})
+    lp = text.choices[0].logprobs
+    assert lp is not None and lp.tokens is not None and lp.top_logprobs is not None
+    assert len(lp.tokens) == 5 == (text.usage.completion_tokens if text.usage else -1)
+    assert "".join(lp.tokens) == text.choices[0].text
+    # A dict per token: two top tokens that decode alike would share a key.
+    assert all(1 <= len(top) <= 3 for top in lp.top_logprobs)
+    assert any(len(top) == 3 for top in lp.top_logprobs)
+    await c.close()
