@@ -80,7 +80,8 @@ async def _drive(one, concurrency: int, requests: int) -> tuple[int, float]:  # 
     async def worker() -> None:
         nonlocal total
         while queue:
-            total += await one(queue.pop())
+            tokens = await one(queue.pop())  # not `total += await ...`: that loses updates
+            total += tokens
 
     began = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
