@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.stats import AcceptanceWindow, SpecDecodeCounters
+from engines.stats import AcceptanceWindow, SpecDecodeCounters, StepTimeProfile
 
 
 @dataclass(slots=True)
@@ -28,6 +28,7 @@ class LiveCounters:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     window: AcceptanceWindow = field(default_factory=AcceptanceWindow)
+    steps: StepTimeProfile = field(default_factory=StepTimeProfile)
 
     def spec_counters(self) -> SpecDecodeCounters:
         return SpecDecodeCounters(
@@ -70,6 +71,10 @@ def make_stat_logger_factory(counters: LiveCounters) -> Any:
             c.running = scheduler_stats.num_running_reqs
             c.waiting = scheduler_stats.num_waiting_reqs
             c.kv_cache_usage = scheduler_stats.kv_cache_usage
+            details = getattr(scheduler_stats, "iteration_details", None)
+            # Pure decode steps only: a prefill in the step would inflate the time.
+            if details is not None and not details.is_dummy and details.num_ctx_requests == 0:
+                c.steps.add(details.num_generation_requests, details.elapsed_ms / 1000.0)
             spec = scheduler_stats.spec_decoding_stats
             if spec is not None:
                 c.observe_spec_step(spec.num_drafts, spec.num_draft_tokens,

@@ -36,6 +36,8 @@ class EngineStats:
     # Acceptance over the recent window (None until something was drafted).
     recent_acceptance_rate: float | None = None
     recent_mean_accepted_length: float | None = None
+    # Decode step time by batch size: ((batch bucket, mean seconds, samples), ...).
+    step_profile: tuple[tuple[int, float, int], ...] = ()
 
     @property
     def batch_size(self) -> int:
@@ -80,3 +82,33 @@ class AcceptanceWindow:
         if not drafts or not draft_tokens:
             return None, None
         return accepted / draft_tokens, 1.0 + accepted / drafts
+
+
+def batch_bucket(batch: int) -> int:
+    """1, 2, 3, 4, 6, 8, 12, 16, 24, 32, ...: fine where step time bends, coarse beyond."""
+    if batch <= 4:
+        return max(batch, 1)
+    power = 1 << (batch.bit_length() - 1)
+    return power if batch < power + power // 2 else power + power // 2
+
+
+@dataclass(slots=True)
+class StepTimeProfile:
+    """Mean decode-step time per batch bucket, an exponential moving average so
+    that it follows the machine (thermal, co-located load) without a window."""
+
+    alpha: float = 0.05
+    _buckets: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean, n]
+
+    def add(self, batch: int, seconds: float) -> None:
+        if batch <= 0 or seconds <= 0:
+            return
+        entry = self._buckets.setdefault(batch_bucket(batch), [seconds, 0.0])
+        n = entry[1] + 1
+        # Plain mean for the first samples, then the moving average.
+        weight = max(1.0 / n, self.alpha)
+        entry[0] += weight * (seconds - entry[0])
+        entry[1] = n
+
+    def snapshot(self) -> tuple[tuple[int, float, int], ...]:
+        return tuple((b, mean, int(n)) for b, (mean, n) in sorted(self._buckets.items()))

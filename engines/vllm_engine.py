@@ -57,6 +57,8 @@ class VllmEngine(Engine):
             per_request_spec_decode_metrics="summary" if s.is_speculative else "none",
             seed=s.seed,
             disable_log_stats=True,
+            # Per-step elapsed time and batch: the step-time profile the policy uses.
+            enable_logging_iteration_details=True,
             **s.extra_engine_args,
         )
         began = time.monotonic()
@@ -141,7 +143,8 @@ class VllmEngine(Engine):
             mode=self.mode, up=self.is_up, in_flight=self._in_flight,
             running=c.running, waiting=c.waiting, kv_cache_usage=c.kv_cache_usage,
             spec=c.spec_counters() if self.spec.is_speculative else None,
-            recent_acceptance_rate=rate, recent_mean_accepted_length=length)
+            recent_acceptance_rate=rate, recent_mean_accepted_length=length,
+            step_profile=c.steps.snapshot())
 
     async def shutdown(self) -> None:
         if self._llm is None or self._closed:

@@ -28,6 +28,21 @@ class ModeLoad:
     # None until the engine has drafted anything.
     acceptance_rate: float | None = None
     mean_accepted_length: float | None = None
+    # Static facts from the configuration.
+    method: str | None = None            # None: plain decoding
+    num_speculative_tokens: int = 0
+    gpu_group: str = "0"                 # engines in one group share (time-slice) a device
+    # Measured decode step time by batch size: ((batch, seconds, samples), ...).
+    step_profile: tuple[tuple[int, float, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedAcceptance:
+    """Decayed acceptance of one mode on one workload class, from finished requests."""
+
+    mean_accepted_length: float
+    acceptance_rate: float
+    requests: float                      # decayed count: how much evidence there is
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +55,12 @@ class DecisionInput:
     # A configured mode the caller forced with ``x-spec-mode``; None for auto.
     override: str | None = None
     workload_class: str = DEFAULT_WORKLOAD_CLASS
+    # What the shared store has learned (empty/None before any measurement).
+    acceptance: Mapping[str, LearnedAcceptance] = field(
+        default_factory=lambda: MappingProxyType({}))   # mode -> this class's acceptance
+    expected_output_tokens: float | None = None          # learned mean for this class
+    previous_mode: str | None = None                     # last auto winner for this class
+    explore_draw: float = 1.0                            # uniform [0, 1), drawn by the caller
 
 
 @dataclass(frozen=True, slots=True)

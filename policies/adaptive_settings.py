@@ -1,0 +1,66 @@
+"""Live-tunable settings of the adaptive policy (validated; stored in the policy store)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MethodPrior(BaseModel):
+    """What we assume about a method before measuring it."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    mean_accepted_length: float = Field(ge=1.0, le=64.0, description="tokens per step, "
+                                        "bonus token included")
+    # Extra cost of one speculative step over a plain step at the same batch,
+    # as a fraction of the plain step's fixed cost (drafting passes).
+    draft_overhead: float = Field(ge=0.0, le=20.0)
+    # Extra prefill work for the drafter, as a fraction of the target's prefill.
+    prefill_overhead: float = Field(0.1, ge=0.0, le=10.0)
+
+
+def _default_priors() -> dict[str, MethodPrior]:
+    # Mean accepted lengths from the published GSM8K table (EAGLE-3 (10) 3.49,
+    # DFlash 4.32), discounted for open-ended text; n-gram from prompt-lookup
+    # reports on chat traffic. Draft overheads: EAGLE-3 runs K sequential
+    # draft passes, DFlash drafts a whole block in one pass.
+    return {
+        "eagle3": MethodPrior(mean_accepted_length=2.5, draft_overhead=0.35),
+        "dflash": MethodPrior(mean_accepted_length=3.0, draft_overhead=0.2),
+        "ngram": MethodPrior(mean_accepted_length=1.3, draft_overhead=0.02, prefill_overhead=0.0),
+        "draft_model": MethodPrior(mean_accepted_length=2.0, draft_overhead=0.5),
+    }
+
+
+class AdaptiveSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    enabled_modes: list[str] | None = Field(
+        None, description="modes auto may choose (None: all configured); forcing a mode "
+                          "with x-spec-mode works either way")
+    exploration_share: float = Field(0.03, ge=0.0, le=0.5, description="share of auto "
+                                     "traffic sent to the least-measured mode")
+    exploration_max_cost_ratio: float = Field(
+        3.0, ge=1.0, le=100.0, description="never explore a mode estimated to cost more "
+                                           "than this times the best")
+    hysteresis: float = Field(0.1, ge=0.0, le=1.0, description="keep the previous winner "
+                              "unless another mode is cheaper by more than this fraction")
+    externality_weight: float = Field(1.0, ge=0.0, le=10.0, description="weight of the delay "
+                                      "a request adds to the others sharing its device")
+    acceptance_half_life_s: float = Field(300.0, gt=0.0, le=86_400.0)
+    prior_requests: float = Field(5.0, ge=0.0, le=10_000.0, description="how many finished "
+                                  "requests the prior is worth against measurements")
+    default_output_tokens: int = Field(256, ge=1, le=1_000_000, description="expected output "
+                                       "length before a class has finished requests")
+    # Prior step-time model, t(b) = fixed_s + per_token_s * tokens in the step;
+    # replaced by each engine's measured profile once it has one.
+    step_fixed_s: float = Field(0.008, gt=0.0, le=10.0)
+    step_per_token_s: float = Field(0.0002, ge=0.0, le=1.0)
+    prefill_per_token_s: float = Field(0.00005, ge=0.0, le=1.0)
+    priors: dict[str, MethodPrior] = Field(default_factory=_default_priors)
+
+    def prior_for(self, method: str | None) -> MethodPrior | None:
+        if method is None:
+            return None
+        return self.priors.get(method, MethodPrior(mean_accepted_length=1.5,
+                                                   draft_overhead=0.5))
