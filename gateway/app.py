@@ -4,31 +4,65 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
 from gateway import health, models
+from gateway.admin import router as admin_router
 from gateway.chat import router as chat_router
 from gateway.completions import router as completions_router
 from gateway.errors import install_error_handlers
+from gateway.metrics import GatewayMetrics
 from gateway.runtime import Components, Runtime
 from gateway.settings import Settings
+from policies.adaptive import AdaptivePolicy
+from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Policy
 from policies.registry import build_policy
+from policies.shared_state import SharedPolicyState
+from policies.store.base import PolicyStore, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def build_store(settings: Settings) -> PolicyStore:
+    if settings.redis_url:
+        from policies.store.redis_store import RedisStore
+
+        return RedisStore(settings.redis_url, prefix=settings.redis_prefix,
+                          timeout_s=settings.redis_timeout_s)
+    from policies.store.memory import MemoryStore
+
+    return MemoryStore()
 
 
 def create_app(settings: Settings, *, components: Components | None = None,
-               policy: Policy | None = None) -> FastAPI:
+               policy: Policy | None = None, store: PolicyStore | None = None) -> FastAPI:
     """Build the gateway.
 
     ``components`` injects a ready-made model, tokenizer and engines (tests use
     fakes); without it the lifespan prepares the model and starts vLLM engines
-    as ``settings`` describe.
+    as ``settings`` describe. ``store`` defaults to Redis when ``redis_url``
+    is set, else in-memory.
     """
     if policy is None:
-        params = settings.policy.model_dump(exclude={"name"})
-        policy = build_policy(settings.policy.name, params)
+        chosen = settings.policy
+        params = chosen.adaptive.model_dump() if chosen.name == "adaptive" \
+            else chosen.rule.model_dump()
+        policy = build_policy(chosen.name, params)
+    store = store or build_store(settings)
+    replica_id = settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+    state = SharedPolicyState(store, replica_id, settings.policy.adaptive.model_copy())
+    if isinstance(policy, AdaptivePolicy):
+        adaptive: AdaptivePolicy = policy
+
+        def follow(new: AdaptiveSettings) -> None:
+            adaptive.settings = new
+        state.on_settings_change(follow)
 
     if components is not None:
         given = components
@@ -43,23 +77,42 @@ def create_app(settings: Settings, *, components: Components | None = None,
             return await load_components(settings)
         model_name = served_model_name(settings)
 
-    runtime = Runtime(model_name, policy, settings.max_n, load)
+    runtime = Runtime(model_name, policy, state, settings.max_n, load)
+    metrics = GatewayMetrics(runtime)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        boot = asyncio.create_task(runtime.boot())
+        await _adopt_or_publish_settings(state)
+        tasks = [asyncio.create_task(runtime.boot()), asyncio.create_task(state.run())]
         try:
             yield
         finally:
-            boot.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await boot
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await runtime.shutdown()
+            with contextlib.suppress(StoreUnavailable):
+                await state.sync_once()  # last observations and decisions
+            await store.close()
 
     app = FastAPI(title="SpecGate", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     app.state.settings = settings
+    app.state.metrics = metrics
     install_error_handlers(app)
-    for module in (health, models, chat_router, completions_router):
+    for module in (health, models, chat_router, completions_router, admin_router):
         app.include_router(module.router)
+    app.include_router(metrics.router)
     return app
+
+
+async def _adopt_or_publish_settings(state: SharedPolicyState) -> None:
+    """Shared live settings win; the first replica to find none publishes its own."""
+    if not await state.sync_once():
+        log.warning("policy store unreachable at start-up; using configured settings")
+        return
+    if state.remote_state().settings_version == 0:
+        with contextlib.suppress(StoreUnavailable):
+            await state.update_settings(state.settings)

@@ -11,6 +11,7 @@ from typing import Any
 from engines.base import Engine
 from engines.spec import EngineSpec
 from engines.tokenizer import HfTokenizer
+from gateway.dispatch import ModeInfo
 from gateway.runtime import Components
 from gateway.settings import EMBEDDED_DRAFTER_PREFIX, ModeSettings, Settings
 
@@ -45,7 +46,13 @@ async def load_components(settings: Settings) -> Components:
         engines[name] = _make_engine(settings, name, mode, model_dir, drafters,
                                      default_bind=str(i % cpus))
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
-                      engines=engines, max_model_len=settings.max_model_len)
+                      engines=engines, max_model_len=settings.max_model_len,
+                      mode_info=mode_info(modes))
+
+
+def mode_info(modes: dict[str, ModeSettings]) -> dict[str, ModeInfo]:
+    return {name: ModeInfo(method=m.method, num_speculative_tokens=m.num_speculative_tokens or 0,
+                           gpu_group=m.gpu_group) for name, m in modes.items()}
 
 
 def _make_engine(settings: Settings, name: str, mode: ModeSettings, model_dir: str,

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from gateway.runtime import Runtime
+from gateway.serving import RoutingHeaders
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -14,5 +15,12 @@ def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
+def get_routing_headers(
+    x_spec_mode: Annotated[str | None, Header(alias="x-spec-mode")] = None,
+    x_workload_class: Annotated[str | None, Header(alias="x-workload-class")] = None,
+) -> RoutingHeaders:
+    return RoutingHeaders(spec_mode=x_spec_mode, workload_class=x_workload_class)
+
+
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-SpecModeHeader = Annotated[str | None, Header(alias="x-spec-mode")]
+RoutingHeadersDep = Annotated[RoutingHeaders, Depends(get_routing_headers)]

@@ -1,39 +1,68 @@
-"""Choose the mode for a request and open its event stream on that engine.
+"""Choose the mode for a request, open its event stream, and feed the outcome back.
 
 The first event is pulled *before* any HTTP response starts, so that an
 engine refusing the request becomes a real 4xx/5xx instead of an error
-buried inside a 200 event stream.
+buried inside a 200 event stream. Every finished request, forced or not,
+reports its acceptance and length to the shared policy state.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
-from engines.events import GenerationEvent
+from engines.events import Finished, GenerationEvent
 from engines.request import GenerationRequest
 from gateway.errors import OpenAIError, bad_request, unavailable
 from gateway.settings import AUTO
 from policies.base import Decision, DecisionInput, ModeLoad, NoModeAvailable, Policy
+from policies.shared_state import SharedPolicyState
 
 log = logging.getLogger(__name__)
+
+_CLASS_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeInfo:
+    """Static facts about a mode, from the configuration."""
+
+    method: str | None = None
+    num_speculative_tokens: int = 0
+    gpu_group: str = "0"
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    decision: Decision
+    workload_class: str
+    forced: bool
 
 
 @dataclass(slots=True)
 class OpenStream:
     """An engine stream whose first event has already arrived."""
 
-    decision: Decision
+    routing: Routing
     first: GenerationEvent
     rest: AsyncIterator[GenerationEvent]
+    on_finished: Callable[[Routing, Finished], None]
 
     async def events(self) -> AsyncIterator[GenerationEvent]:
         try:
             yield self.first
+            if isinstance(self.first, Finished):
+                self.on_finished(self.routing, self.first)
+                return
             async for event in self.rest:
+                if isinstance(event, Finished):
+                    self.on_finished(self.routing, event)
                 yield event
         finally:
             await self.aclose()
@@ -45,15 +74,21 @@ class OpenStream:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"x-spec-mode": self.decision.mode, "x-spec-decision": self.decision.reason}
+        d = self.routing.decision
+        return {"x-spec-mode": d.mode, "x-spec-decision": d.reason}
 
 
 class Dispatcher:
     def __init__(self, engines: Mapping[str, Engine], policy: Policy,
-                 clock: Callable[[], float] = time.time) -> None:
+                 state: SharedPolicyState, mode_info: Mapping[str, ModeInfo] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
         self.engines = engines
         self.policy = policy
+        self.state = state
+        self.mode_info = mode_info or {}
         self.clock = clock
+        self.rng = rng or random.Random()
 
     def valid_header_values(self) -> list[str]:
         return [AUTO, *sorted(self.engines)]
@@ -73,24 +108,45 @@ class Dispatcher:
                 param="x-spec-mode", code="invalid_spec_mode")
         return value
 
-    def decide(self, override: str | None, prompt_tokens: int,
-               max_tokens: int | None, workload_class: str) -> Decision:
-        loads = {name: self._load(name, engine) for name, engine in self.engines.items()}
+    @staticmethod
+    def parse_workload_class(value: str | None, param: str) -> str | None:
+        if value is None:
+            return None
+        if not _CLASS_NAME.match(value):
+            raise bad_request(f"{param} must be 1-64 characters of letters, digits and _.:-",
+                              param=param, code="invalid_workload_class")
+        return value
+
+    def loads(self) -> dict[str, ModeLoad]:
+        return {name: self._load(name, engine) for name, engine in self.engines.items()}
+
+    def decide(self, override: str | None, prompt_tokens: int, max_tokens: int | None,
+               requested_class: str | None, request_id: str = "") -> Routing:
+        loads = self.loads()
         if override is not None and not loads[override].up:
             raise unavailable(f"mode {override!r} is not available right now; "
                               f"retry later or use x-spec-mode: auto")
-        inputs = DecisionInput(modes=loads, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-                               now=self.clock(), override=override,
-                               workload_class=workload_class)
+        now = self.clock()
+        state = self.state
+        cls = state.workload_class(requested_class)
+        inputs = DecisionInput(
+            modes=loads, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
+            override=override, workload_class=cls, acceptance=state.acceptance_for(cls, now),
+            expected_output_tokens=state.expected_output(cls, now),
+            previous_mode=state.previous_mode(cls), explore_draw=self.rng.random())
         try:
-            return self.policy.decide(inputs)
+            decision = self.policy.decide(inputs)
         except NoModeAvailable as e:
             raise unavailable("no decoding engine is available right now; retry later",
                               code="no_engine_available") from e
+        if override is None and not decision.reason.startswith("explore"):
+            state.remember(cls, decision.mode)
+        state.log_decision(_audit_entry(request_id, inputs, decision))
+        return Routing(decision, cls, forced=override is not None)
 
-    async def open(self, decision: Decision, request: GenerationRequest) -> OpenStream:
-        engine = self.engines[decision.mode]
-        stream = engine.generate(request)
+    async def open(self, routing: Routing, request: GenerationRequest) -> OpenStream:
+        mode = routing.decision.mode
+        stream = self.engines[mode].generate(request)
         try:
             first = await anext(stream)
         except StopAsyncIteration as e:
@@ -98,13 +154,40 @@ class Dispatcher:
         except InvalidGenerationRequest as e:
             raise bad_request(f"the engine rejected the request: {e}") from e
         except EngineUnavailable as e:
-            raise unavailable(f"mode {decision.mode!r} is not available right now") from e
-        return OpenStream(decision, first, stream)
+            raise unavailable(f"mode {mode!r} is not available right now") from e
+        return OpenStream(routing, first, stream, self._finished)
 
-    @staticmethod
-    def _load(name: str, engine: Engine) -> ModeLoad:
+    def _finished(self, routing: Routing, finished: Finished) -> None:
+        spec = finished.spec_decode
+        self.state.observe(
+            routing.decision.mode, routing.workload_class,
+            drafts=spec.num_drafts if spec else 0,
+            draft_tokens=spec.num_draft_tokens if spec else 0,
+            accepted=spec.num_accepted_tokens if spec else 0,
+            completion_tokens=finished.completion_tokens, now=self.clock())
+
+    def _load(self, name: str, engine: Engine) -> ModeLoad:
         s = engine.stats()
+        info = self.mode_info.get(name, ModeInfo())
         return ModeLoad(mode=name, up=s.up, batch_size=s.batch_size,
                         speculative=s.spec is not None, kv_cache_usage=s.kv_cache_usage,
                         acceptance_rate=s.recent_acceptance_rate,
-                        mean_accepted_length=s.recent_mean_accepted_length)
+                        mean_accepted_length=s.recent_mean_accepted_length,
+                        method=info.method, num_speculative_tokens=info.num_speculative_tokens,
+                        gpu_group=info.gpu_group, step_profile=s.step_profile)
+
+
+def _audit_entry(request_id: str, inputs: DecisionInput, decision: Decision) -> dict[str, str]:
+    """One decision with the inputs it was made from, for audit and offline replay."""
+    return {
+        "ts": f"{inputs.now:.6f}", "request_id": request_id, "mode": decision.mode,
+        "reason": decision.reason, "forced": "1" if inputs.override else "0",
+        "class": inputs.workload_class, "prompt_tokens": str(inputs.prompt_tokens),
+        "max_tokens": "" if inputs.max_tokens is None else str(inputs.max_tokens),
+        "scores": json.dumps(dict(decision.scores), separators=(",", ":")),
+        "batch": json.dumps({m: load.batch_size for m, load in inputs.modes.items()},
+                            separators=(",", ":")),
+        "acceptance": json.dumps({m: round(a.mean_accepted_length, 3)
+                                  for m, a in inputs.acceptance.items()},
+                                 separators=(",", ":")),
+    }

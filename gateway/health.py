@@ -31,6 +31,10 @@ async def ready(runtime: RuntimeDep) -> JSONResponse:
                 "drafts": s.spec.num_drafts, "draft_tokens": s.spec.num_draft_tokens,
                 "accepted_tokens": s.spec.num_accepted_tokens,
                 "recent_acceptance_rate": s.recent_acceptance_rate}
+    state = runtime.state
+    # A store outage degrades learning, not serving: it shows here but keeps 200.
+    store = {"up": state.store_up, "backend": type(state.store).__name__,
+             "last_error": state.last_error, "outages": state.outages}
     body = {"status": "ready" if runtime.ready else "not_ready", "phase": runtime.phase,
-            "error": runtime.error, "engines": engines}
+            "error": runtime.error, "engines": engines, "policy_store": store}
     return JSONResponse(body, status_code=200 if runtime.ready else 503)

@@ -11,16 +11,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engines.base import Engine
 from engines.tokenizer import Tokenizer
 from gateway.chat.service import ChatService
 from gateway.completions.service import CompletionService
-from gateway.dispatch import Dispatcher
+from gateway.dispatch import Dispatcher, ModeInfo
 from gateway.errors import unavailable
 from gateway.serving import Limits
 from policies.base import Policy
+from policies.shared_state import SharedPolicyState
+from policies.store.base import ReplicaLoad
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ class Components:
     tokenizer: Tokenizer
     engines: Mapping[str, Engine]
     max_model_len: int
+    mode_info: Mapping[str, ModeInfo] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,10 @@ ComponentsLoader = Callable[[], Awaitable[Components]]
 
 
 class Runtime:
-    def __init__(self, model_name: str, policy: Policy, max_n: int,
+    def __init__(self, model_name: str, policy: Policy, state: SharedPolicyState, max_n: int,
                  load: ComponentsLoader) -> None:
         self.model_name = model_name
+        self.state = state
         self.created = int(time.time())
         self.policy = policy
         self.max_n = max_n
@@ -76,7 +80,9 @@ class Runtime:
             components = await self._load()
             self.engines = components.engines
             limits = Limits(max_model_len=components.max_model_len, max_n=self.max_n)
-            dispatcher = Dispatcher(components.engines, self.policy)
+            dispatcher = Dispatcher(components.engines, self.policy, self.state,
+                                    components.mode_info)
+            self.state.load_provider = lambda: self.replica_load(dispatcher)
             self._services = Services(
                 dispatcher=dispatcher,
                 chat=ChatService(dispatcher, self.model_name, limits, components.tokenizer),
@@ -98,6 +104,21 @@ class Runtime:
             self.phase = "failed"
             self.error = f"{type(e).__name__}: {e}"
             log.exception("start-up failed")
+
+    def replica_load(self, dispatcher: Dispatcher) -> ReplicaLoad:
+        modes = {}
+        profiles = {}
+        for name, engine in self.engines.items():
+            s = engine.stats()
+            modes[name] = {"up": float(s.up), "running": float(s.running),
+                           "waiting": float(s.waiting), "in_flight": float(s.in_flight),
+                           "kv_cache_usage": s.kv_cache_usage}
+            profiles[name] = {str(b): [sec, float(n)] for b, sec, n in s.step_profile}
+        return ReplicaLoad(self.state.replica_id, time.time(), modes, profiles)
+
+    @property
+    def dispatcher(self) -> Dispatcher | None:
+        return self._services.dispatcher if self._services is not None else None
 
     async def shutdown(self) -> None:
         for name, engine in self.engines.items():

@@ -20,7 +20,14 @@ from engines.request import GenerationRequest, SamplingOptions
 from gateway.dispatch import Dispatcher, OpenStream
 from gateway.errors import OpenAIError, bad_request, error_body
 from gateway.protocol import SamplingFields, usage
-from policies.base import DEFAULT_WORKLOAD_CLASS
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingHeaders:
+    """The request headers that steer routing (raw; validated by the dispatcher)."""
+
+    spec_mode: str | None = None
+    workload_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +105,15 @@ class Serving(ABC):
     @abstractmethod
     def chunk_object(self) -> str: ...
 
-    async def start(self, wire: Any, spec_mode_header: str | None) -> Call:
+    async def start(self, wire: Any, headers: RoutingHeaders) -> Call:
         if wire.model != self.model_name:
             raise OpenAIError(404, f"The model '{wire.model}' does not exist; this server "
                                    f"serves '{self.model_name}'", type="not_found_error",
                               param="model", code="model_not_found")
-        override = self.dispatcher.parse_spec_mode(spec_mode_header)
+        override = self.dispatcher.parse_spec_mode(headers.spec_mode)
+        workload_class = self.dispatcher.parse_workload_class(
+            headers.workload_class, "x-workload-class") or self.dispatcher.parse_workload_class(
+            (wire.metadata or {}).get("workload_class"), "metadata.workload_class")
         prompt = self.prompt_token_ids(wire)
         requested, logprobs_k = self.sampling_extras(wire)
         max_tokens = self._check_length(len(prompt), requested)
@@ -119,9 +129,9 @@ class Serving(ABC):
                 top_p=1.0 if wire.top_p is None else wire.top_p, seed=wire.seed,
                 stop=wire.stop_tuple(), n=n, presence_penalty=wire.presence_penalty or 0.0,
                 frequency_penalty=wire.frequency_penalty or 0.0, logprobs=logprobs_k))
-        decision = self.dispatcher.decide(override, len(prompt), requested,
-                                          _workload_class(wire))
-        stream = await self.dispatcher.open(decision, generation)
+        routing = self.dispatcher.decide(override, len(prompt), requested, workload_class,
+                                         request_id)
+        stream = await self.dispatcher.open(routing, generation)
         if isinstance(stream.first, Failed):
             await stream.aclose()
             raise OpenAIError(503, stream.first.message, type="server_error",
@@ -186,9 +196,3 @@ class Serving(ABC):
 
 def _sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"
-
-
-def _workload_class(wire: SamplingFields) -> str:
-    if wire.metadata and "workload_class" in wire.metadata:
-        return wire.metadata["workload_class"]
-    return DEFAULT_WORKLOAD_CLASS

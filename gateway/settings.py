@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from engines.spec import DType
+from policies.adaptive_settings import AdaptiveSettings
 
 AUTO = "auto"
 EMBEDDED_DRAFTER_PREFIX = "embedded:"
@@ -34,6 +35,8 @@ class ModeSettings(BaseModel):
     num_speculative_tokens: int | None = Field(None, ge=1, le=64)
     kv_cache_gib: float | None = Field(None, gt=0, description="KV cache for this engine")
     cpu_threads_bind: str | None = Field(None, description="CPU build: cores for this engine")
+    gpu_group: str = Field("0", min_length=1, max_length=64,
+                           description="engines with the same group share one device")
 
     @model_validator(mode="after")
     def _speculative_needs_method(self) -> ModeSettings:
@@ -54,13 +57,24 @@ class ModeSettings(BaseModel):
         return config
 
 
-class PolicySettings(BaseModel):
+class RuleParams(BaseModel):
+    """The published static rule's thresholds (``policy.name: rule``)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["rule"] = "rule"
     max_batch_for_speculation: int = Field(32, ge=0)
     min_tokens_for_speculation: int = Field(50, ge=0)
     dflash_min_acceptance: float = Field(0.7, ge=0.0, le=1.0)
+
+
+class PolicySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["adaptive", "rule"] = "adaptive"
+    rule: RuleParams = RuleParams()
+    # Initial live settings; once the shared store holds settings (PUT
+    # /admin/policy), those win on every replica.
+    adaptive: AdaptiveSettings = AdaptiveSettings()
 
 
 def embedded_default_modes() -> dict[str, ModeSettings]:
@@ -101,6 +115,15 @@ class Settings(BaseSettings):
     enforce_eager: bool = True
     max_n: int = Field(8, ge=1, le=128, description="largest 'n' a request may ask for")
     policy: PolicySettings = PolicySettings()
+    redis_url: str | None = Field(None, description="shared policy store; absent = in-memory")
+    redis_prefix: str = Field("specgate", min_length=1, max_length=64,
+                              pattern=r"^[A-Za-z0-9_.:-]+$")
+    redis_timeout_s: float = Field(0.25, gt=0.0, le=10.0,
+                                   description="bound on every policy-store call")
+    admin_key: SecretStr | None = Field(None, description="Bearer key for /admin/*; "
+                                                          "absent = admin API disabled")
+    replica_id: str | None = Field(None, description="this replica's name in the shared "
+                                                     "store; absent = host-pid")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("modes")

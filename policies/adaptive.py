@@ -35,7 +35,10 @@ class AdaptivePolicy(Policy):
         scale = plain_scale(inputs.modes, s)
         costs = sorted((estimate(load, inputs.modes, inputs.prompt_tokens, output,
                                  inputs.acceptance.get(load.mode), s, scale)
-                        for load in candidates), key=lambda c: (c.total_s, c.mode))
+                        for load in candidates),
+                       # On a tie, plain decoding: same cost, less machinery.
+                       key=lambda c: (c.total_s, inputs.modes[c.mode].method is not None,
+                                      c.mode))
         scores = MappingProxyType({c.mode: round(c.total_s, 6) for c in costs})
         best = costs[0]
 

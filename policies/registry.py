@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from policies.adaptive import AdaptivePolicy
+from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Policy
 from policies.rule import RulePolicy, RuleSettings
 
@@ -13,7 +15,12 @@ def _rule(params: Mapping[str, Any]) -> Policy:
     return RulePolicy(RuleSettings(**params))
 
 
-POLICY_FACTORIES: Mapping[str, Callable[[Mapping[str, Any]], Policy]] = {"rule": _rule}
+def _adaptive(params: Mapping[str, Any]) -> Policy:
+    return AdaptivePolicy(AdaptiveSettings.model_validate(params))
+
+
+POLICY_FACTORIES: Mapping[str, Callable[[Mapping[str, Any]], Policy]] = {
+    "rule": _rule, "adaptive": _adaptive}
 
 
 def build_policy(name: str, params: Mapping[str, Any]) -> Policy:

@@ -12,11 +12,15 @@ import pytest
 import uvicorn
 
 from gateway.app import create_app
+from gateway.dispatch import ModeInfo
 from gateway.runtime import Components
 from gateway.settings import Settings
+from policies.store.base import PolicyStore
 from tests.fakes.engine import FakeEngine, FakeTokenizer
 
 MODEL = "fake-model"
+FAKE_MODE_INFO = {"standard": ModeInfo(), "ngram": ModeInfo("ngram", 4),
+                  "eagle3": ModeInfo("eagle3", 3), "dflash": ModeInfo("dflash", 4)}
 
 
 def free_port() -> int:
@@ -44,12 +48,13 @@ def fake_engines(token_delay_s: float = 0.0) -> dict[str, FakeEngine]:
     }
 
 
-async def serve(engines: dict[str, FakeEngine],
-                max_model_len: int = 512) -> AsyncIterator[FakeGateway]:
+async def serve(engines: dict[str, FakeEngine], max_model_len: int = 512,
+                settings: Settings | None = None,
+                store: PolicyStore | None = None) -> AsyncIterator[FakeGateway]:
     components = Components(model_name=MODEL, tokenizer=FakeTokenizer(), engines=engines,
-                            max_model_len=max_model_len)
-    app = create_app(Settings(modes={name: {} for name in engines}),  # type: ignore[arg-type]
-                     components=components)
+                            max_model_len=max_model_len, mode_info=FAKE_MODE_INFO)
+    app = create_app(settings or Settings(policy={"name": "rule"}),  # type: ignore[arg-type]
+                     components=components, store=store)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="on"))

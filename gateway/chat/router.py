@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.chat.protocol import ChatCompletionRequest
-from gateway.deps import RuntimeDep, SpecModeHeader
+from gateway.deps import RoutingHeadersDep, RuntimeDep
 from gateway.disconnect import cancel_on_disconnect
 
 router = APIRouter()
@@ -14,10 +14,10 @@ router = APIRouter()
 
 @router.post("/v1/chat/completions", response_model=None)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
-                                 runtime: RuntimeDep, x_spec_mode: SpecModeHeader = None
+                                 runtime: RuntimeDep, routing: RoutingHeadersDep
                                  ) -> Response:
     service = runtime.services().chat
-    call = await cancel_on_disconnect(request, service.start(body, x_spec_mode))
+    call = await cancel_on_disconnect(request, service.start(body, routing))
     if body.stream:
         return StreamingResponse(service.sse(call), media_type="text/event-stream",
                                  headers=call.headers)

@@ -25,14 +25,14 @@ def test_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "specgate.yaml"
     config.write_text("port: 9001\nhost: 0.0.0.0\nmodes:\n  standard: {}\n"
                       "  eagle3: {method: eagle3, model: /d/eagle, num_speculative_tokens: 3}\n"
-                      "policy:\n  max_batch_for_speculation: 16\n")
+                      "policy:\n  rule:\n    max_batch_for_speculation: 16\n")
     monkeypatch.setenv("SPECGATE_PORT", "9002")
-    monkeypatch.setenv("SPECGATE_POLICY__DFLASH_MIN_ACCEPTANCE", "0.5")
+    monkeypatch.setenv("SPECGATE_POLICY__ADAPTIVE__EXPLORATION_SHARE", "0.1")
     s = load_settings(_parser().parse_args(["serve", "--config", str(config), "--host", "::1"]))
     assert s.host == "::1"               # CLI beats the file
     assert s.port == 9002                # env beats the file
-    assert s.policy.max_batch_for_speculation == 16
-    assert s.policy.dflash_min_acceptance == 0.5
+    assert s.policy.rule.max_batch_for_speculation == 16
+    assert s.policy.adaptive.exploration_share == 0.1
     assert s.resolved_modes()["eagle3"].speculative_config() == {
         "method": "eagle3", "num_speculative_tokens": 3, "model": "/d/eagle"}
 
@@ -51,7 +51,9 @@ def test_config_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     {"modes": {"Bad Name": {}}},
     {"modes": {"x": {"model": "/d"}}},
     {"modes": {"x": {"method": "eagle3"}}},
-    {"policy": {"dflash_min_acceptance": 2}},
+    {"policy": {"rule": {"dflash_min_acceptance": 2}}},
+    {"policy": {"adaptive": {"exploration_share": 0.9}}},
+    {"policy": {"name": "magic"}},
     {"policy": {"unknown_knob": 1}},
     {"not_a_setting": 1},
 ])

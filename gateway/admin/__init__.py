@@ -1,0 +1,1 @@
+"""Operator API: read and tune the live policy."""
