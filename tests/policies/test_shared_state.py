@@ -1,0 +1,184 @@
+"""Shared policy state: learning, flushing, outages and resynchronisation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from policies.adaptive_settings import AdaptiveSettings
+from policies.shared_state import SharedPolicyState
+from policies.store.base import (
+    AcceptanceSums,
+    OutputLengthSums,
+    PolicyStore,
+    ReplicaLoad,
+    StoreState,
+    StoreUnavailable,
+)
+from policies.store.memory import MemoryStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FlakyStore(PolicyStore):
+    """A real MemoryStore behind a switch that makes every call fail like an outage."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+        self.down = False
+        self.fail_after_calls: int | None = None
+
+    def _check(self) -> None:
+        if self.fail_after_calls is not None:
+            if self.fail_after_calls == 0:
+                raise StoreUnavailable("connection reset")
+            self.fail_after_calls -= 1
+        if self.down:
+            raise StoreUnavailable("connection refused")
+
+    async def add_acceptance(self, mode: str, workload_class: str, sums: AcceptanceSums,
+                             now: float, half_life_s: float) -> None:
+        self._check()
+        await self.inner.add_acceptance(mode, workload_class, sums, now, half_life_s)
+
+    async def add_output_length(self, workload_class: str, sums: OutputLengthSums,
+                                now: float, half_life_s: float) -> None:
+        self._check()
+        await self.inner.add_output_length(workload_class, sums, now, half_life_s)
+
+    async def put_replica_load(self, load: ReplicaLoad, ttl_s: float) -> None:
+        self._check()
+        await self.inner.put_replica_load(load, ttl_s)
+
+    async def put_settings(self, settings: Mapping[str, Any]) -> int:
+        self._check()
+        return await self.inner.put_settings(settings)
+
+    async def settings_version(self) -> int:
+        self._check()
+        return await self.inner.settings_version()
+
+    async def log_decisions(self, entries: Sequence[Mapping[str, str]]) -> None:
+        self._check()
+        await self.inner.log_decisions(entries)
+
+    async def recent_decisions(self, count: int) -> list[dict[str, str]]:
+        self._check()
+        return await self.inner.recent_decisions(count)
+
+    async def read_state(self) -> StoreState:
+        self._check()
+        return await self.inner.read_state()
+
+    async def ping(self) -> None:
+        self._check()
+
+    async def close(self) -> None:
+        pass
+
+
+def observe(state: SharedPolicyState, mode: str, cls: str, accepted: int, clock: Clock) -> None:
+    state.observe(mode, cls, drafts=10, draft_tokens=40, accepted=accepted,
+                  completion_tokens=50, now=clock())
+
+
+async def test_local_observations_count_before_and_after_flush() -> None:
+    clock = Clock()
+    state = SharedPolicyState(MemoryStore(clock=clock), "r1", clock=clock)
+    observe(state, "dflash", "math", 30, clock)
+    learned = state.acceptance_for("math", clock())["dflash"]
+    assert learned.mean_accepted_length == pytest.approx(4.0)
+    assert learned.acceptance_rate == pytest.approx(0.75)
+    assert await state.sync_once()
+    assert state.acceptance_for("math", clock())["dflash"].requests == pytest.approx(1.0)
+    assert state.expected_output("math", clock()) == pytest.approx(50)
+    assert state.acceptance_for("chat", clock()) == {}
+
+
+async def test_two_replicas_share_acceptance_and_decay_follows_drift() -> None:
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    a = SharedPolicyState(store, "a", clock=clock)
+    b = SharedPolicyState(store, "b", clock=clock)
+    observe(a, "eagle3", "chat", 40, clock)          # accepts everything
+    await a.sync_once()
+    await b.sync_once()
+    assert b.acceptance_for("chat", clock())["eagle3"].acceptance_rate == pytest.approx(1.0)
+    clock.now += 3000                                  # ten half-lives later...
+    observe(b, "eagle3", "chat", 0, clock)            # ...it accepts nothing
+    await b.sync_once()
+    await a.sync_once()
+    rate = a.acceptance_for("chat", clock())["eagle3"].acceptance_rate
+    assert rate is not None and rate < 0.01
+
+
+async def test_outage_keeps_learning_locally_then_resyncs_without_double_counting() -> None:
+    clock = Clock()
+    flaky = FlakyStore(MemoryStore(clock=clock))
+    state = SharedPolicyState(flaky, "r1", clock=clock)
+    observe(state, "ngram", "copy", 20, clock)
+    await state.sync_once()
+    flaky.down = True
+    observe(state, "ngram", "copy", 20, clock)
+    assert not await state.sync_once()
+    assert state.store_up is False and state.outages == 1
+    assert state.acceptance_for("copy", clock())["ngram"].requests == pytest.approx(2.0)
+    observe(state, "ngram", "copy", 20, clock)
+    assert not await state.sync_once()
+    assert state.outages == 1                          # one outage, not one per retry
+    flaky.down = False
+    assert await state.sync_once()
+    assert state.store_up is True
+    stored = (await flaky.inner.read_state()).acceptance[("ngram", "copy")]
+    assert stored.requests == pytest.approx(3.0)
+    assert state.acceptance_for("copy", clock())["ngram"].requests == pytest.approx(3.0)
+
+
+async def test_failure_midway_through_a_flush_sends_nothing_twice() -> None:
+    clock = Clock()
+    flaky = FlakyStore(MemoryStore(clock=clock))
+    state = SharedPolicyState(flaky, "r1", clock=clock)
+    for mode in ("ngram", "eagle3", "dflash"):
+        observe(state, mode, "c", 20, clock)
+    flaky.fail_after_calls = 2                         # two adds land, then the link drops
+    assert not await state.sync_once()
+    flaky.fail_after_calls = None
+    assert await state.sync_once()
+    stored = (await flaky.inner.read_state()).acceptance
+    assert {mode: s.requests for (mode, _), s in stored.items()} == \
+        {"ngram": 1.0, "eagle3": 1.0, "dflash": 1.0}
+
+
+async def test_settings_propagate_between_replicas() -> None:
+    store = MemoryStore()
+    a = SharedPolicyState(store, "a")
+    b = SharedPolicyState(store, "b")
+    seen: list[AdaptiveSettings] = []
+    b.on_settings_change(seen.append)
+    version = await a.update_settings(AdaptiveSettings(hysteresis=0.5))
+    await b.sync_once()
+    assert b.settings.hysteresis == 0.5 and b.settings_version == version
+    assert [s.hysteresis for s in seen] == [0.5]
+
+
+async def test_workload_classes_are_bounded() -> None:
+    state = SharedPolicyState(MemoryStore(), "r", max_classes=3)
+    assert [state.workload_class(c) for c in ("a", "b", "c", "a", None)] == \
+        ["a", "b", "default", "a", "default"]
+
+
+async def test_decisions_are_logged_to_the_store() -> None:
+    store = MemoryStore()
+    state = SharedPolicyState(store, "r")
+    state.log_decision({"mode": "standard", "reason": "cost:standard +5%"})
+    await state.sync_once()
+    assert await store.recent_decisions(5) == [{"mode": "standard",
+                                                "reason": "cost:standard +5%"}]
