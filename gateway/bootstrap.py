@@ -41,22 +41,23 @@ async def load_components(settings: Settings) -> Components:
     tokenizer = await asyncio.to_thread(HfTokenizer, model_dir)
     modes = settings.resolved_modes()
     engines: dict[str, Engine] = {}
+    info: dict[str, ModeInfo] = {}
     cpus = os.cpu_count() or 1
+    cpu_build = _cpu_build()
     for i, (name, mode) in enumerate(modes.items()):
-        engines[name] = _make_engine(settings, name, mode, model_dir, drafters,
-                                     default_bind=str(i % cpus))
+        # Spread CPU engines over the cores (vLLM would bind them all to one);
+        # engines bound to one core time-slice it like engines on one GPU.
+        bind = mode.cpu_threads_bind or str(i % cpus) if cpu_build else None
+        engines[name] = _make_engine(settings, name, mode, model_dir, drafters, bind)
+        info[name] = ModeInfo(method=mode.method,
+                              num_speculative_tokens=mode.num_speculative_tokens or 0,
+                              gpu_group=mode.gpu_group or (f"cpu{bind}" if bind else "0"))
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
-                      engines=engines, max_model_len=settings.max_model_len,
-                      mode_info=mode_info(modes))
-
-
-def mode_info(modes: dict[str, ModeSettings]) -> dict[str, ModeInfo]:
-    return {name: ModeInfo(method=m.method, num_speculative_tokens=m.num_speculative_tokens or 0,
-                           gpu_group=m.gpu_group) for name, m in modes.items()}
+                      engines=engines, max_model_len=settings.max_model_len, mode_info=info)
 
 
 def _make_engine(settings: Settings, name: str, mode: ModeSettings, model_dir: str,
-                 drafters: dict[str, str], default_bind: str) -> Engine:
+                 drafters: dict[str, str], cpu_bind: str | None) -> Engine:
     from engines.vllm_engine import VllmEngine
 
     spec_config = mode.speculative_config()
@@ -67,8 +68,7 @@ def _make_engine(settings: Settings, name: str, mode: ModeSettings, model_dir: s
         mode=name, model=model_dir, speculative_config=spec_config,
         kv_cache_bytes=int(kv_gib * 1024**3), max_model_len=settings.max_model_len,
         dtype=settings.resolved_dtype(), enforce_eager=settings.enforce_eager,
-        # Spread CPU engines over the cores; vLLM would bind them all to one.
-        cpu_threads_bind=mode.cpu_threads_bind or (default_bind if _cpu_build() else None))
+        cpu_threads_bind=cpu_bind)
     return VllmEngine(spec)
 
 

@@ -35,8 +35,10 @@ class ModeSettings(BaseModel):
     num_speculative_tokens: int | None = Field(None, ge=1, le=64)
     kv_cache_gib: float | None = Field(None, gt=0, description="KV cache for this engine")
     cpu_threads_bind: str | None = Field(None, description="CPU build: cores for this engine")
-    gpu_group: str = Field("0", min_length=1, max_length=64,
-                           description="engines with the same group share one device")
+    gpu_group: str | None = Field(None, min_length=1, max_length=64,
+                                  description="engines with the same group share one device; "
+                                              "absent = one shared GPU, or on the CPU build "
+                                              "the core the engine is bound to")
 
     @model_validator(mode="after")
     def _speculative_needs_method(self) -> ModeSettings:

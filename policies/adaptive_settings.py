@@ -48,8 +48,8 @@ class AdaptiveSettings(BaseModel):
     externality_weight: float = Field(1.0, ge=0.0, le=10.0, description="weight of the delay "
                                       "a request adds to the others sharing its device")
     acceptance_half_life_s: float = Field(300.0, gt=0.0, le=86_400.0)
-    prior_requests: float = Field(5.0, ge=0.0, le=10_000.0, description="how many finished "
-                                  "requests the prior is worth against measurements")
+    prior_draft_steps: float = Field(20.0, ge=0.0, le=1_000_000.0, description="how many "
+                                     "measured verification steps the prior is worth")
     default_output_tokens: int = Field(256, ge=1, le=1_000_000, description="expected output "
                                        "length before a class has finished requests")
     # Prior step-time model, t(b) = fixed_s + per_token_s * tokens in the step;

@@ -42,7 +42,8 @@ class LearnedAcceptance:
 
     mean_accepted_length: float
     acceptance_rate: float
-    requests: float                      # decayed count: how much evidence there is
+    requests: float                      # decayed count of finished requests
+    drafts: float = 0.0                  # decayed count of verification steps: the evidence
 
 
 @dataclass(frozen=True, slots=True)

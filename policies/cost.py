@@ -44,8 +44,8 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
         return 1.0
     cap = 1.0 + max(load.num_speculative_tokens, 1)
     prior_tau = min(prior.mean_accepted_length, cap)
-    if learned is not None and learned.requests > 0:
-        w = learned.requests / (learned.requests + settings.prior_requests)
+    if learned is not None and learned.drafts > 0:
+        w = learned.drafts / (learned.drafts + settings.prior_draft_steps)
         return max(1.0, w * learned.mean_accepted_length + (1 - w) * prior_tau)
     if load.mean_accepted_length is not None:  # the engine's live window, any class
         return max(1.0, 0.5 * load.mean_accepted_length + 0.5 * prior_tau)

@@ -95,7 +95,7 @@ class SharedPolicyState:
         for mode, s in sums.items():
             length, rate = s.mean_accepted_length, s.acceptance_rate
             if length is not None and rate is not None:
-                result[mode] = LearnedAcceptance(length, rate, s.requests)
+                result[mode] = LearnedAcceptance(length, rate, s.requests, s.drafts)
         return result
 
     def expected_output(self, workload_class: str, now: float) -> float | None:

@@ -23,7 +23,7 @@ def load(mode: str, batch: int = 0, group: str = "0", up: bool = True,
 
 def learned(tau: float, requests: float = 100.0) -> LearnedAcceptance:
     return LearnedAcceptance(mean_accepted_length=tau, acceptance_rate=(tau - 1) / 4,
-                             requests=requests)
+                             requests=requests, drafts=requests * 50)
 
 
 def case(max_tokens: int | None = 400, modes: dict[str, ModeLoad] | None = None,

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import free_port
 
 STARTUP_TIMEOUT_S = 1500
+ADMIN_KEY = "real-tier-admin-key"
 
 
 @dataclass
@@ -38,7 +39,7 @@ def real_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGatew
     port = free_port()
     log = tmp_path_factory.mktemp("gateway") / "specgate.log"
     env = {**os.environ, "SPECGATE_PORT": str(port), "SPECGATE_MAX_MODEL_LEN": "1024",
-           "HF_HUB_OFFLINE": "1"}
+           "SPECGATE_ADMIN_KEY": ADMIN_KEY, "HF_HUB_OFFLINE": "1"}
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

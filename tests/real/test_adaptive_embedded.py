@@ -1,0 +1,92 @@
+"""The adaptive policy on real engines: it learns which mode serves each workload best.
+
+With the embedded model the drafters are untrained, so EAGLE-3 and DFlash
+must lose; n-gram prompt lookup accepts most drafts on copy-heavy prompts (and,
+with this small model, a fair share on free text too: its answers repeat
+themselves). Forced traffic teaches the policy and, timed, says which mode
+really is fastest per workload; auto traffic then must go there, visibly in
+``x-spec-decision`` and ``GET /admin/policy``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from tests.real.conftest import ADMIN_KEY, RealGateway
+
+pytestmark = pytest.mark.real
+
+AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+PASSAGE = ("The quick brown fox jumps over the lazy dog near the quiet river bank, "
+           "while the old miller counts his sacks of golden wheat one by one.")
+MODES = ("standard", "ngram", "eagle3", "dflash")
+WORKLOADS = {
+    "copy": [f"Repeat this text exactly, twice: {PASSAGE}",
+             f"Copy the following sentence word for word: {PASSAGE}"],
+    "chat": ["Write a short poem about autumn leaves.",
+             "Give me three ideas for a birthday party."],
+}
+
+
+async def chat(h: httpx.AsyncClient, gw: RealGateway, prompt: str, cls: str,
+               mode: str | None = None) -> httpx.Response:
+    headers = {"x-workload-class": cls}
+    if mode is not None:
+        headers["x-spec-mode"] = mode
+    r = await h.post("/v1/chat/completions", headers=headers, json={
+        "model": gw.model, "temperature": 0, "max_tokens": 64,
+        "messages": [{"role": "user", "content": prompt}]})
+    assert r.status_code == 200, r.text
+    return r
+
+
+async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGateway) -> None:
+    async with httpx.AsyncClient(base_url=real_gateway.url, timeout=600) as h:
+        r = await h.put("/admin/policy", headers=AUTH,
+                        json={"exploration_share": 0.0, "hysteresis": 0.05})
+        assert r.status_code == 200, r.text
+        # Forced traffic, one mode at a time: it teaches the policy, and its wall
+        # time is the ground truth of which mode is fastest for each workload.
+        speed: dict[str, dict[str, float]] = {cls: {} for cls in WORKLOADS}
+        for cls, prompts in WORKLOADS.items():
+            for mode in MODES:
+                began, tokens = time.monotonic(), 0
+                for prompt in prompts * 2:
+                    r = await chat(h, real_gateway, prompt, cls, mode)
+                    tokens += r.json()["usage"]["completion_tokens"]
+                speed[cls][mode] = tokens / (time.monotonic() - began)
+        await asyncio.sleep(1.0)  # a few sync periods: the store has every observation
+        policy = (await h.get("/admin/policy", headers=AUTH)).json()
+        copy, free = policy["acceptance"]["copy"], policy["acceptance"]["chat"]
+        assert copy["ngram"]["acceptance_rate"] > free["ngram"]["acceptance_rate"]
+        assert copy["ngram"]["mean_accepted_length"] > 1.5
+        for mode in ("eagle3", "dflash"):         # untrained drafters accept nothing
+            assert free[mode]["mean_accepted_length"] < 1.2
+            assert copy[mode]["mean_accepted_length"] < 1.2
+        assert all(policy["load"][mode]["step_profile"] for mode in MODES)
+
+        for cls, prompts in WORKLOADS.items():
+            r = await chat(h, real_gateway, prompts[0], cls)
+            mode, reason = r.headers["x-spec-mode"], r.headers["x-spec-decision"]
+            fastest = max(speed[cls], key=speed[cls].__getitem__)
+            assert speed[cls][mode] >= 0.9 * speed[cls][fastest], (cls, mode, reason, speed)
+            assert reason.startswith((f"cost:{mode} +", f"hold:{mode}")), reason
+            assert mode not in ("eagle3", "dflash"), (cls, reason, speed)
+        assert (await chat(h, real_gateway, WORKLOADS["copy"][0], "copy")).headers[
+            "x-spec-mode"] == "ngram"
+        policy = (await h.get("/admin/policy", headers=AUTH)).json()
+        assert policy["previous_winner"]["copy"] == "ngram"
+
+        # Without prompt lookup, free text goes to plain decoding: the untrained
+        # drafters measured slower, whatever the priors promised.
+        r = await h.put("/admin/policy", headers=AUTH,
+                        json={"enabled_modes": ["standard", "eagle3", "dflash"]})
+        assert r.status_code == 200
+        r = await chat(h, real_gateway, WORKLOADS["chat"][0], "chat")
+        assert r.headers["x-spec-mode"] == "standard", r.headers["x-spec-decision"]
+        await h.put("/admin/policy", headers=AUTH, json={
+            "enabled_modes": None, "exploration_share": 0.03, "hysteresis": 0.1})
