@@ -152,6 +152,8 @@ class SharedPolicyState:
             if self.load_provider is not None:
                 await self.store.put_replica_load(self.load_provider(), self.load_ttl_s)
             state = await self.store.read_state()
+            if state.settings_version < self.settings_version:
+                state = await self._reseed(state)
         except StoreUnavailable as e:
             if self.store_up:
                 self.outages += 1
@@ -167,6 +169,23 @@ class SharedPolicyState:
         self.last_error = None
         self.last_sync_at = self.clock()
         return True
+
+    async def _reseed(self, state: StoreState) -> StoreState:
+        """The store lost its data (a Redis restart without persistence): one replica
+        writes back the shared state it last read; the others just read it back."""
+        log.warning("policy store was reset (settings version %d < %d); resynchronising",
+                    state.settings_version, self.settings_version)
+        if await self.store.claim("reseed", ttl_s=30.0):
+            half_life = self.settings.acceptance_half_life_s
+            for (mode, cls), sums in self._remote.acceptance.items():
+                await self.store.add_acceptance(mode, cls, sums, sums.updated_at, half_life)
+            for cls, out in self._remote.output_length.items():
+                await self.store.add_output_length(cls, out, out.updated_at, half_life)
+            self.settings_version = await self.store.put_settings(
+                self.settings.model_dump(mode="json"))
+        else:
+            self.settings_version = state.settings_version
+        return await self.store.read_state()
 
     async def _flush(self) -> None:
         # Move pending to in-flight first: observations made during the awaits

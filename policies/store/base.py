@@ -140,6 +140,10 @@ class PolicyStore(ABC):
     async def read_state(self) -> StoreState: ...
 
     @abstractmethod
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        """True for exactly one caller until ``ttl_s`` passes (SET NX semantics)."""
+
+    @abstractmethod
     async def ping(self) -> None: ...
 
     @abstractmethod

@@ -26,6 +26,7 @@ class MemoryStore(PolicyStore):
         self._settings: dict[str, Any] | None = None
         self._version = 0
         self._decisions: deque[dict[str, str]] = deque(maxlen=max_decisions)
+        self._claims: dict[str, float] = {}
 
     async def add_acceptance(self, mode: str, workload_class: str, sums: AcceptanceSums,
                              now: float, half_life_s: float) -> None:
@@ -63,6 +64,13 @@ class MemoryStore(PolicyStore):
                           {rid: load for rid, (_, load) in self._loads.items()},
                           dict(self._settings) if self._settings is not None else None,
                           self._version)
+
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        now = self.clock()
+        if self._claims.get(name, 0.0) > now:
+            return False
+        self._claims[name] = now + ttl_s
+        return True
 
     async def ping(self) -> None:
         return None

@@ -78,6 +78,10 @@ class FlakyStore(PolicyStore):
         self._check()
         return await self.inner.read_state()
 
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        self._check()
+        return await self.inner.claim(name, ttl_s)
+
     async def ping(self) -> None:
         self._check()
 
@@ -182,3 +186,23 @@ async def test_decisions_are_logged_to_the_store() -> None:
     await state.sync_once()
     assert await store.recent_decisions(5) == [{"mode": "standard",
                                                 "reason": "cost:standard +5%"}]
+
+
+async def test_a_store_that_lost_its_data_is_reseeded_once() -> None:
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    a = SharedPolicyState(store, "a", clock=clock)
+    b = SharedPolicyState(store, "b", clock=clock)
+    await a.update_settings(AdaptiveSettings(hysteresis=0.3))
+    observe(a, "ngram", "copy", 30, clock)
+    await a.sync_once()
+    await b.sync_once()
+    fresh = MemoryStore(clock=clock)                   # Redis restarted, empty
+    a.store = b.store = fresh
+    await a.sync_once()
+    await b.sync_once()
+    state = await fresh.read_state()
+    assert state.acceptance[("ngram", "copy")].requests == pytest.approx(1.0)  # not 2.0
+    assert state.settings is not None and state.settings["hysteresis"] == 0.3
+    assert b.settings.hysteresis == 0.3
+    assert b.acceptance_for("copy", clock())["ngram"].requests == pytest.approx(1.0)
