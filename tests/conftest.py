@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -17,6 +17,7 @@ from gateway.runtime import Components
 from gateway.settings import Settings
 from policies.store.base import PolicyStore
 from tests.fakes.engine import FakeEngine, FakeTokenizer
+from tests.redis_server import RedisServer
 
 MODEL = "fake-model"
 FAKE_MODE_INFO = {"standard": ModeInfo(), "ngram": ModeInfo("ngram", 4),
@@ -82,3 +83,13 @@ async def gateway() -> AsyncIterator[FakeGateway]:
 async def slow_gateway() -> AsyncIterator[FakeGateway]:
     async for g in serve(fake_engines(token_delay_s=0.05)):
         yield g
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
