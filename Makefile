@@ -33,7 +33,8 @@ lint: install
 	$(VENV)/bin/mypy
 
 bench: install
-	$(PY) bench/gateway_overhead.py
+	$(PY) -m bench.gateway_overhead
+	$(PY) -m bench.decision_latency
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,7 @@ state for several modes and workload classes. With Redis, the shared state's
 background sync runs against a real Redis on loopback during the measurement,
 as it does in the gateway. Prints p50 / p99 / max per store.
 
-    .venv/bin/python bench/decision_latency.py [--calls 20000] [--redis-url redis://...]
+    .venv/bin/python -m bench.decision_latency [--calls 20000] [--redis-url redis://...]
 
 Without --redis-url a private redis-server is started on a free port.
 """

@@ -6,7 +6,7 @@ the gateway over real HTTP (uvicorn on loopback, SSE parsed by the client),
 at each concurrency, alternating so that machine noise hits both sides alike.
 Prints tokens/s for both and their ratio (gateway / direct; 1.0 = no overhead).
 
-    .venv/bin/python bench/gateway_overhead.py [--rounds 3] [--max-tokens 64]
+    .venv/bin/python -m bench.gateway_overhead [--rounds 3] [--max-tokens 64]
 """
 
 from __future__ import annotations

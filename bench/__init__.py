@@ -1,0 +1,1 @@
+"""Benchmark scripts: they print figures; they are not tests."""
