@@ -26,6 +26,16 @@ if [ "$BACKEND" = "cpu" ]; then
   "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 fi
 
+if ! command -v redis-server >/dev/null 2>&1; then
+  # The test suite starts private redis-server processes (the shared policy store).
+  step "installing redis-server (Debian package) for the tests"
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q redis-server >/dev/null || apt-get update -q && apt-get install -y -q redis-server
+  else
+    echo "redis-server not found: install it (e.g. sudo apt-get install redis-server)" >&2
+  fi
+fi
+
 step "checking that vLLM imports"
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__, 'OK')"
 touch "$VENV/.installed-$BACKEND"
