@@ -141,7 +141,11 @@ class SharedPolicyState:
     async def run(self) -> None:
         failures = 0
         while True:
-            ok = await self.sync_once()
+            try:
+                ok = await self.sync_once()
+            except Exception:  # a bug here must not end learning for good
+                log.exception("policy state sync failed")
+                ok = False
             failures = 0 if ok else failures + 1
             delay = self.sync_interval_s if ok else min(5.0, self.sync_interval_s * 2 ** failures)
             await asyncio.sleep(delay)
