@@ -16,7 +16,7 @@ from gateway.admin import router as admin_router
 from gateway.chat import router as chat_router
 from gateway.completions import router as completions_router
 from gateway.errors import install_error_handlers
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, ResponseMetricsMiddleware
 from gateway.runtime import Components, Runtime
 from gateway.settings import Settings
 from policies.adaptive import AdaptivePolicy
@@ -79,6 +79,8 @@ def create_app(settings: Settings, *, components: Components | None = None,
 
     runtime = Runtime(model_name, policy, state, settings.max_n, load)
     metrics = GatewayMetrics(runtime)
+    runtime.completion_observers.append(metrics.on_completed)
+    runtime.decision_observers.append(metrics.on_decision)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -102,6 +104,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
     app.state.settings = settings
     app.state.metrics = metrics
     install_error_handlers(app)
+    app.add_middleware(ResponseMetricsMiddleware, metrics=metrics)
     for module in (health, models, chat_router, completions_router, admin_router):
         app.include_router(module.router)
     app.include_router(metrics.router)

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
-from engines.events import Finished, GenerationEvent
+from engines.events import Finished, GenerationEvent, TextDelta
 from engines.request import GenerationRequest
 from gateway.errors import OpenAIError, bad_request, unavailable
 from gateway.settings import AUTO
@@ -43,6 +43,20 @@ class Routing:
     decision: Decision
     workload_class: str
     forced: bool
+    decided_at: float = 0.0              # time.monotonic() when the mode was chosen
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A request the engine finished, with its timings (seconds since the decision)."""
+
+    routing: Routing
+    finished: Finished
+    first_token_s: float | None
+    total_s: float
+
+
+CompletionObserver = Callable[[Completed], None]
 
 
 @dataclass(slots=True)
@@ -52,20 +66,29 @@ class OpenStream:
     routing: Routing
     first: GenerationEvent
     rest: AsyncIterator[GenerationEvent]
-    on_finished: Callable[[Routing, Finished], None]
+    on_completed: CompletionObserver
+    first_token_at: float | None = None
 
     async def events(self) -> AsyncIterator[GenerationEvent]:
         try:
+            self._see(self.first)
             yield self.first
             if isinstance(self.first, Finished):
-                self.on_finished(self.routing, self.first)
                 return
             async for event in self.rest:
-                if isinstance(event, Finished):
-                    self.on_finished(self.routing, event)
+                self._see(event)
                 yield event
         finally:
             await self.aclose()
+
+    def _see(self, event: GenerationEvent) -> None:
+        now = time.monotonic()
+        if isinstance(event, TextDelta) and event.token_ids and self.first_token_at is None:
+            self.first_token_at = now
+        elif isinstance(event, Finished):
+            start = self.routing.decided_at
+            first = self.first_token_at - start if self.first_token_at is not None else None
+            self.on_completed(Completed(self.routing, event, first, now - start))
 
     async def aclose(self) -> None:
         closer = getattr(self.rest, "aclose", None)
@@ -82,8 +105,12 @@ class Dispatcher:
     def __init__(self, engines: Mapping[str, Engine], policy: Policy,
                  state: SharedPolicyState, mode_info: Mapping[str, ModeInfo] | None = None,
                  clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 observers: list[CompletionObserver] | None = None,
+                 decision_observers: list[Callable[[Routing], None]] | None = None) -> None:
         self.engines = engines
+        self.observers: list[CompletionObserver] = [self._learn, *(observers or [])]
+        self.decision_observers = list(decision_observers or [])
         self.policy = policy
         self.state = state
         self.mode_info = mode_info or {}
@@ -142,7 +169,11 @@ class Dispatcher:
         if override is None and not decision.reason.startswith("explore"):
             state.remember(cls, decision.mode)
         state.log_decision(_audit_entry(request_id, inputs, decision))
-        return Routing(decision, cls, forced=override is not None)
+        routing = Routing(decision, cls, forced=override is not None,
+                          decided_at=time.monotonic())
+        for observer in self.decision_observers:
+            observer(routing)
+        return routing
 
     async def open(self, routing: Routing, request: GenerationRequest) -> OpenStream:
         mode = routing.decision.mode
@@ -155,9 +186,17 @@ class Dispatcher:
             raise bad_request(f"the engine rejected the request: {e}") from e
         except EngineUnavailable as e:
             raise unavailable(f"mode {mode!r} is not available right now") from e
-        return OpenStream(routing, first, stream, self._finished)
+        return OpenStream(routing, first, stream, self._completed)
 
-    def _finished(self, routing: Routing, finished: Finished) -> None:
+    def _completed(self, done: Completed) -> None:
+        for observer in self.observers:
+            try:
+                observer(done)
+            except Exception:  # an observer's bug must not fail a finished request
+                log.exception("completion observer failed")
+
+    def _learn(self, done: Completed) -> None:
+        finished, routing = done.finished, done.routing
         spec = finished.spec_decode
         self.state.observe(
             routing.decision.mode, routing.workload_class,

@@ -76,13 +76,20 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    def count(request: Request, type_: str, code: str | None) -> None:
+        metrics = getattr(request.app.state, "metrics", None)
+        if metrics is not None:
+            metrics.on_error(type_, code)
+
     @app.exception_handler(OpenAIError)
     async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
+        count(request, exc.type, exc.code)
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = _validation_message(exc)
+        count(request, "invalid_request_error", "validation")
         return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
 
     @app.exception_handler(ClientDisconnected)
@@ -99,11 +106,13 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         kind = _STATUS_TYPES.get(exc.status_code, "invalid_request_error"
                                  if exc.status_code < 500 else "server_error")
+        count(request, kind, str(exc.status_code))
         return JSONResponse(error_body(message, kind), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        count(request, "server_error", "internal")
         error_id = uuid.uuid4().hex[:16]
         log.exception("unhandled error %s in %s %s", error_id, request.method, request.url.path)
         return JSONResponse(

@@ -17,7 +17,7 @@ from engines.base import Engine
 from engines.tokenizer import Tokenizer
 from gateway.chat.service import ChatService
 from gateway.completions.service import CompletionService
-from gateway.dispatch import Dispatcher, ModeInfo
+from gateway.dispatch import CompletionObserver, Dispatcher, ModeInfo, Routing
 from gateway.errors import unavailable
 from gateway.serving import Limits
 from policies.base import Policy
@@ -61,6 +61,8 @@ class Runtime:
         self._services: Services | None = None
         self.phase = "starting"
         self.error: str | None = None
+        self.completion_observers: list[CompletionObserver] = []
+        self.decision_observers: list[Callable[[Routing], None]] = []
 
     def services(self) -> Services:
         if self._services is None:
@@ -81,7 +83,8 @@ class Runtime:
             self.engines = components.engines
             limits = Limits(max_model_len=components.max_model_len, max_n=self.max_n)
             dispatcher = Dispatcher(components.engines, self.policy, self.state,
-                                    components.mode_info)
+                                    components.mode_info, observers=self.completion_observers,
+                                    decision_observers=self.decision_observers)
             self.state.load_provider = lambda: self.replica_load(dispatcher)
             self._services = Services(
                 dispatcher=dispatcher,

@@ -107,6 +107,9 @@ class SharedPolicyState:
                 total = total.plus(source[workload_class], now, half_life)
         return total.mean
 
+    def known_classes(self) -> list[str]:
+        return sorted({cls for (_, cls) in self._remote.acceptance} | self._classes)
+
     def previous_mode(self, workload_class: str) -> str | None:
         return self._previous.get(workload_class)
 
@@ -254,15 +257,15 @@ class SharedPolicyState:
         return self._remote
 
     def describe(self, now: float) -> dict[str, Any]:
-        classes = {cls for (_, cls) in self._remote.acceptance} | set(self._classes)
+        classes = self.known_classes()
         return {
             "acceptance": {cls: {mode: {"mean_accepted_length": round(a.mean_accepted_length, 4),
                                         "acceptance_rate": round(a.acceptance_rate, 4),
                                         "requests": round(a.requests, 2)}
                                  for mode, a in self.acceptance_for(cls, now).items()}
-                           for cls in sorted(classes)},
+                           for cls in classes},
             "expected_output_tokens": {cls: self.expected_output(cls, now)
-                                       for cls in sorted(classes)},
+                                       for cls in classes},
             "previous_winner": dict(self._previous),
             "replicas": {rid: {"at": r.at, "modes": dict(r.modes),
                                "step_profile": dict(r.step_profile)}
