@@ -61,6 +61,10 @@ class VllmEngine(Engine):
             enable_logging_iteration_details=True,
             **s.extra_engine_args,
         )
+        method = (s.speculative_config or {}).get("method", "plain decoding")
+        log.info("engine %r: %s, KV cache %.2f GiB, max_model_len %d, dtype %s, cores %s",
+                 self.mode, method, s.kv_cache_bytes / 1024**3, s.max_model_len, s.dtype,
+                 s.cpu_threads_bind or "auto")
         began = time.monotonic()
         loggers = [make_stat_logger_factory(self._counters)]
         with _env("VLLM_CPU_OMP_THREADS_BIND", s.cpu_threads_bind):

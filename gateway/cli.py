@@ -24,12 +24,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     prepare = sub.add_parser("prepare", help="prepare the embedded model and drafters, then exit")
     prepare.add_argument("--config", help="YAML config file (also SPECGATE_CONFIG)")
+    config = sub.add_parser("config", help="configuration tools")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    check = config_sub.add_parser("check", help="validate a config file and print the "
+                                                "resolved settings (file + environment)")
+    check.add_argument("config", help="YAML config file")
     return parser
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {k: v for k, v in vars(args).items()
-                                 if k != "command" and v is not None}
+                                 if k not in ("command", "config_command") and v is not None}
     try:
         return Settings(**overrides)
     except ValidationError as e:
@@ -39,11 +44,27 @@ def load_settings(args: argparse.Namespace) -> Settings:
         sys.exit(str(e))
 
 
+def resolved_config_yaml(settings: Settings) -> str:
+    """The settings as the gateway would run them: modes resolved, secrets masked."""
+    import yaml
+
+    data = settings.model_dump(mode="json")
+    data["modes"] = {name: m.model_dump(mode="json", exclude_none=True)
+                     for name, m in settings.resolved_modes().items()}
+    data["dtype"] = settings.resolved_dtype()
+    if settings.admin_key is not None:
+        data["admin_key"] = "********"
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = load_settings(args)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "config":
+        print(resolved_config_yaml(settings), end="")
+        return
     if args.command == "prepare":
         from engines.embedded import prepare_embedded
 

@@ -71,3 +71,20 @@ def test_bad_config_file_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         load_settings(_parser().parse_args(["serve", "--config", str(tmp_path / "none.yaml")]))
     assert "not found" in str(exc.value.code)
+
+
+def test_config_check_prints_resolved_settings_and_masks_secrets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("admin_key: topsecret\nmodes:\n  standard: {}\n"
+                      "  eagle3: {method: eagle3, model: /m/e, num_speculative_tokens: 3}\n")
+    main(["config", "check", str(config)])
+    out = capsys.readouterr().out
+    assert "topsecret" not in out and "admin_key: '********'" in out
+    assert "num_speculative_tokens: 3" in out and "name: adaptive" in out
+    config.write_text("modes: {x: {method: eagle3}}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["config", "check", str(config)])
+    assert "modes.x" in str(exc.value.code) and "num_speculative_tokens" in str(exc.value.code)
