@@ -8,7 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from engines.base import Engine
+from engines.remote import RemoteVllmEngine
 from engines.spec import EngineSpec
 from engines.tokenizer import HfTokenizer
 from gateway.dispatch import ModeInfo
@@ -42,18 +45,27 @@ async def load_components(settings: Settings) -> Components:
     modes = settings.resolved_modes()
     engines: dict[str, Engine] = {}
     info: dict[str, ModeInfo] = {}
+    # One client for every remote engine: pooled connections, one set of limits.
+    client = httpx.AsyncClient(limits=httpx.Limits(max_connections=1000,
+                                                   max_keepalive_connections=100))
     cpus = os.cpu_count() or 1
-    cpu_build = _cpu_build()
+    # Only in-process engines need vLLM here; a remote-only gateway may run without it.
+    cpu_build = any(not m.url for m in modes.values()) and _cpu_build()
     for i, (name, mode) in enumerate(modes.items()):
         # Spread CPU engines over the cores (vLLM would bind them all to one);
         # engines bound to one core time-slice it like engines on one GPU.
-        bind = mode.cpu_threads_bind or str(i % cpus) if cpu_build else None
-        engines[name] = _make_engine(settings, name, mode, model_dir, drafters, bind)
+        bind = mode.cpu_threads_bind or str(i % cpus) if cpu_build and not mode.url else None
+        if mode.url:
+            engines[name] = RemoteVllmEngine(name, mode.url, client, model=mode.served_model,
+                                             speculative=mode.method is not None)
+        else:
+            engines[name] = _make_engine(settings, name, mode, model_dir, drafters, bind)
         info[name] = ModeInfo(method=mode.method,
                               num_speculative_tokens=mode.num_speculative_tokens or 0,
                               gpu_group=mode.gpu_group or (f"cpu{bind}" if bind else "0"))
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
-                      engines=engines, max_model_len=settings.max_model_len, mode_info=info)
+                      engines=engines, max_model_len=settings.max_model_len, mode_info=info,
+                      closers=[client.aclose])
 
 
 def _make_engine(settings: Settings, name: str, mode: ModeSettings, model_dir: str,

@@ -36,6 +36,8 @@ class Components:
     engines: Mapping[str, Engine]
     max_model_len: int
     mode_info: Mapping[str, ModeInfo] = field(default_factory=dict)
+    # Shared resources to release after the engines (e.g. the remote engines' client).
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Runtime:
         self.policy = policy
         self.max_n = max_n
         self._load = load
+        self._closers: list[Callable[[], Awaitable[None]]] = []
         self.engines: Mapping[str, Engine] = {}
         self._services: Services | None = None
         self.phase = "starting"
@@ -81,6 +84,7 @@ class Runtime:
         try:
             components = await self._load()
             self.engines = components.engines
+            self._closers = list(components.closers)
             limits = Limits(max_model_len=components.max_model_len, max_n=self.max_n)
             dispatcher = Dispatcher(components.engines, self.policy, self.state,
                                     components.mode_info, observers=self.completion_observers,
@@ -129,3 +133,5 @@ class Runtime:
                 await engine.shutdown()
             except Exception:
                 log.exception("engine %r did not shut down cleanly", name)
+        for close in self._closers:
+            await close()

@@ -35,6 +35,10 @@ class ModeSettings(BaseModel):
     num_speculative_tokens: int | None = Field(None, ge=1, le=64)
     kv_cache_gib: float | None = Field(None, gt=0, description="KV cache for this engine")
     cpu_threads_bind: str | None = Field(None, description="CPU build: cores for this engine")
+    url: str | None = Field(None, pattern=r"^https?://", description="serve this mode with an "
+                            "existing vLLM OpenAI server at this URL instead of in-process")
+    served_model: str | None = Field(None, description="the remote server's model name; "
+                                                       "absent = the first it lists")
     gpu_group: str | None = Field(None, min_length=1, max_length=64,
                                   description="engines with the same group share one device; "
                                               "absent = one shared GPU, or on the CPU build "
