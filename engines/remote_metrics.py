@@ -37,17 +37,19 @@ class RemoteMetrics:
         gauges: dict[str, float] = {}
         counters: dict[str, float] = {}
         itl_sum = itl_count = 0.0
+        # Match on sample names: how the parser groups samples into families
+        # depends on HELP/TYPE lines that exporters write differently.
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if family.name in _GAUGES:
-                    gauges[_GAUGES[family.name]] = gauges.get(_GAUGES[family.name], 0.0) \
-                        + sample.value
-                elif family.name in _COUNTERS and sample.name.endswith("_total"):
-                    key = _COUNTERS[family.name]
+                name = sample.name
+                if name in _GAUGES:
+                    gauges[_GAUGES[name]] = gauges.get(_GAUGES[name], 0.0) + sample.value
+                elif name.endswith("_total") and name.removesuffix("_total") in _COUNTERS:
+                    key = _COUNTERS[name.removesuffix("_total")]
                     counters[key] = counters.get(key, 0.0) + sample.value
-                elif family.name == _ITL and sample.name == _ITL + "_sum":
+                elif name == _ITL + "_sum":
                     itl_sum += sample.value
-                elif family.name == _ITL and sample.name == _ITL + "_count":
+                elif name == _ITL + "_count":
                     itl_count += sample.value
         self.running = gauges.get("running", 0.0)
         self.waiting = gauges.get("waiting", 0.0)
