@@ -15,6 +15,8 @@ pytestmark = pytest.mark.real
 
 MODES = ("standard", "ngram", "eagle3", "dflash")
 # Copy-heavy prompts give the n-gram proposer something to accept; the rest are free text.
+# Greedy, this makes the model count for hundreds of tokens: still running when we hang up.
+LONG_PROMPT = "Count from 1 to 1000, writing every number, separated by commas."
 GREEDY_PROMPTS = (
     "What is the capital of France?",
     "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat.",
@@ -130,7 +132,7 @@ async def test_client_disconnect_leaves_nothing_running(real_gateway: RealGatewa
                                                         mode: str) -> None:
     async with httpx.AsyncClient(base_url=real_gateway.url, timeout=300) as h:
         body = {"model": real_gateway.model, "max_tokens": 400, "stream": True,
-                "messages": [{"role": "user", "content": "Write a very long story."}]}
+                "temperature": 0, "messages": [{"role": "user", "content": LONG_PROMPT}]}
         async with h.stream("POST", "/v1/chat/completions", json=body,
                             headers={"x-spec-mode": mode}) as r:
             assert r.status_code == 200
@@ -150,7 +152,7 @@ async def test_client_disconnect_leaves_nothing_running(real_gateway: RealGatewa
 
 async def test_non_streaming_disconnect_aborts(real_gateway: RealGateway) -> None:
     body = {"model": real_gateway.model, "max_tokens": 400,
-            "messages": [{"role": "user", "content": "Write a very long story."}]}
+            "temperature": 0, "messages": [{"role": "user", "content": LONG_PROMPT}]}
 
     async def call() -> None:
         async with httpx.AsyncClient(base_url=real_gateway.url, timeout=300) as h:

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.real
 
 KEY = "remote-admin"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+LONG_PROMPT = "Count from 1 to 1000, writing every number, separated by commas."
 COPY = ("Repeat this text exactly: the quick brown fox jumps over the lazy dog near the "
         "quiet river bank, while the old miller counts his sacks of golden wheat.")
 
@@ -177,7 +178,7 @@ async def test_disconnect_aborts_on_the_remote_server(gateways: list[str],
                                                       vllm_servers: dict[str, str]) -> None:
     async with httpx.AsyncClient(timeout=300) as h:
         body = {"model": "SmolLM2-135M-Instruct", "max_tokens": 600, "stream": True,
-                "messages": [{"role": "user", "content": "Write a very long story."}]}
+                "temperature": 0, "messages": [{"role": "user", "content": LONG_PROMPT}]}
         async with h.stream("POST", gateways[1] + "/v1/chat/completions", json=body,
                             headers={"x-spec-mode": "standard"}) as r:
             assert r.status_code == 200
