@@ -15,8 +15,10 @@ pytestmark = pytest.mark.real
 
 MODES = ("standard", "ngram", "eagle3", "dflash")
 # Copy-heavy prompts give the n-gram proposer something to accept; the rest are free text.
-# Greedy, this makes the model count for hundreds of tokens: still running when we hang up.
-LONG_PROMPT = "Count from 1 to 1000, writing every number, separated by commas."
+# A plain continuation of a count: greedy, the model keeps counting until max_tokens,
+# so the request is surely still running when the client hangs up.
+COUNTING = {"prompt": ", ".join(str(i) for i in range(1, 30)) + ",", "max_tokens": 400,
+            "temperature": 0}
 GREEDY_PROMPTS = (
     "What is the capital of France?",
     "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat.",
@@ -131,15 +133,15 @@ async def test_unknown_mode_and_forced_dflash(real_gateway: RealGateway) -> None
 async def test_client_disconnect_leaves_nothing_running(real_gateway: RealGateway,
                                                         mode: str) -> None:
     async with httpx.AsyncClient(base_url=real_gateway.url, timeout=300) as h:
-        body = {"model": real_gateway.model, "max_tokens": 400, "stream": True,
-                "temperature": 0, "messages": [{"role": "user", "content": LONG_PROMPT}]}
-        async with h.stream("POST", "/v1/chat/completions", json=body,
+        body = {"model": real_gateway.model, "stream": True, **COUNTING}
+        async with h.stream("POST", "/v1/completions", json=body,
                             headers={"x-spec-mode": mode}) as r:
             assert r.status_code == 200
             async for line in r.aiter_lines():
-                if '"content":"' in line and '"content":""' not in line:
+                # Hang up mid-generation: text has arrived, the finish has not.
+                assert '"finish_reason":null' in line or not line.startswith("data: {")
+                if '"text":"' in line and '"text":""' not in line:
                     break
-            assert real_gateway.engine_stats(mode)["in_flight"] == 1
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         stats = real_gateway.engine_stats(mode)
@@ -151,12 +153,11 @@ async def test_client_disconnect_leaves_nothing_running(real_gateway: RealGatewa
 
 
 async def test_non_streaming_disconnect_aborts(real_gateway: RealGateway) -> None:
-    body = {"model": real_gateway.model, "max_tokens": 400,
-            "temperature": 0, "messages": [{"role": "user", "content": LONG_PROMPT}]}
+    body = {"model": real_gateway.model, **COUNTING}
 
     async def call() -> None:
         async with httpx.AsyncClient(base_url=real_gateway.url, timeout=300) as h:
-            await h.post("/v1/chat/completions", json=body, headers={"x-spec-mode": "ngram"})
+            await h.post("/v1/completions", json=body, headers={"x-spec-mode": "ngram"})
 
     task = asyncio.create_task(call())
     deadline = time.monotonic() + 20
