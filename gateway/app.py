@@ -81,6 +81,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
     metrics = GatewayMetrics(runtime)
     runtime.completion_observers.append(metrics.on_completed)
     runtime.decision_observers.append(metrics.on_decision)
+    runtime.stream_error_observers.append(metrics.on_error)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -66,6 +66,7 @@ class Runtime:
         self.error: str | None = None
         self.completion_observers: list[CompletionObserver] = []
         self.decision_observers: list[Callable[[Routing], None]] = []
+        self.stream_error_observers: list[Callable[[str, str | None], None]] = []
 
     def services(self) -> Services:
         if self._services is None:
@@ -90,11 +91,12 @@ class Runtime:
                                     components.mode_info, observers=self.completion_observers,
                                     decision_observers=self.decision_observers)
             self.state.load_provider = lambda: self.replica_load(dispatcher)
-            self._services = Services(
-                dispatcher=dispatcher,
-                chat=ChatService(dispatcher, self.model_name, limits, components.tokenizer),
-                completions=CompletionService(dispatcher, self.model_name, limits,
-                                              components.tokenizer))
+            chat = ChatService(dispatcher, self.model_name, limits, components.tokenizer)
+            completions = CompletionService(dispatcher, self.model_name, limits,
+                                            components.tokenizer)
+            for service in (chat, completions):
+                service.stream_error_observers.extend(self.stream_error_observers)
+            self._services = Services(dispatcher=dispatcher, chat=chat, completions=completions)
             # One at a time: each vLLM engine sizes itself against the memory
             # that is free when it starts.
             for name, engine in components.engines.items():

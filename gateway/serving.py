@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,9 @@ class Serving(ABC):
         self.dispatcher = dispatcher
         self.model_name = model_name
         self.limits = limits
+        # Told about errors that reach the client inside a 200 stream, which the
+        # HTTP error handlers never see (metrics count them).
+        self.stream_error_observers: list[Callable[[str, str | None], None]] = []
 
     @abstractmethod
     def prompt_token_ids(self, wire: Any) -> list[int]: ...
@@ -179,6 +182,8 @@ class Serving(ABC):
                 for choice in self.chunk_choices(call, state, event):
                     yield _sse(self._chunk(call, [choice], extra))
             elif isinstance(event, Failed):
+                for observer in self.stream_error_observers:
+                    observer("server_error", "engine_failed")
                 yield _sse(error_body(event.message, "server_error", code="engine_failed"))
                 break
             else:

@@ -68,3 +68,14 @@ async def test_metrics_move_with_traffic(gateway: FakeGateway) -> None:
                  **{"class": "chat"}) == pytest.approx(0.8, abs=0.01)
     assert value(after, "specgate_engine_up", mode="standard") == 1
     assert value(after, "specgate_policy_store_up") == 1
+
+
+async def test_engine_failure_inside_a_stream_is_counted(gateway: FakeGateway) -> None:
+    gateway.engines["ngram"].fail_after_tokens = 1
+    body = {"model": MODEL, "max_tokens": 5, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    r = await gateway.client.post("/v1/chat/completions", json=body,
+                                  headers={"x-spec-mode": "ngram"})
+    assert r.status_code == 200 and "engine_failed" in r.text
+    samples = await scrape(gateway)
+    assert value(samples, "specgate_errors_total", type="server_error", code="engine_failed") == 1
