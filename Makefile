@@ -21,7 +21,7 @@ prepare: install
 
 # The whole suite: lint and types, the fast tier, and the real vLLM tier.
 test: install
-	$(VENV)/bin/ruff check gateway engines policies tests bench
+	$(VENV)/bin/ruff check gateway engines policies sim tests bench
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
@@ -29,7 +29,7 @@ test-fast: install
 	$(PY) -m pytest -m "not real"
 
 lint: install
-	$(VENV)/bin/ruff check gateway engines policies tests bench
+	$(VENV)/bin/ruff check gateway engines policies sim tests bench
 	$(VENV)/bin/mypy
 
 bench: install

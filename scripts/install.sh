@@ -26,13 +26,21 @@ if [ "$BACKEND" = "cpu" ]; then
   "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 fi
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  # The test suite starts private redis-server processes (the shared policy store).
-  step "installing redis-server (Debian package) for the tests"
+# The test suite starts private redis-server processes (the shared policy store)
+# and a real Prometheus (dashboard queries, alert rules; promtool comes with it).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+{ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } \
+  || missing+=(prometheus)
+if [ "${#missing[@]}" -gt 0 ]; then
+  step "installing ${missing[*]} (Debian packages) for the tests"
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
-    apt-get install -y -q redis-server >/dev/null || apt-get update -q && apt-get install -y -q redis-server
+    # --no-install-recommends: the tests need the binaries, not their web assets or
+    # exporters; the Debian prometheus service must not take :9090 either.
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
+      || { apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}"; }
   else
-    echo "redis-server not found: install it (e.g. sudo apt-get install redis-server)" >&2
+    echo "missing ${missing[*]}: install them (e.g. sudo apt-get install ${missing[*]})" >&2
   fi
 fi
 

@@ -1,0 +1,1 @@
+"""A discrete-event model of vLLM engines sharing one GPU, driving the real policy."""
