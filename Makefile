@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(BACKEND)
 ARGS ?=
 
-.PHONY: install serve prepare test test-fast lint bench clean
+.PHONY: install serve prepare test test-fast lint bench soak clean
 
 install: $(STAMP)
 
@@ -32,9 +32,16 @@ lint: install
 	$(VENV)/bin/ruff check gateway engines policies sim tests bench
 	$(VENV)/bin/mypy
 
+# Benchmarks print figures (not tests); the routing report (simulator + real CPU
+# sweep, bench/out/REPORT.md) runs last and prints the summary line.
 bench: install
 	$(PY) -m bench.gateway_overhead
 	$(PY) -m bench.decision_latency
+	$(PY) -m bench.report
+
+# The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
+soak: install
+	$(PY) -m bench.soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -39,6 +39,10 @@ class VllmEngine(Engine):
     def is_up(self) -> bool:
         return self._llm is not None and not self._closed and not self._llm.errored
 
+    @property
+    def restartable(self) -> bool:
+        return True
+
     async def start(self) -> None:
         if self._llm is not None:
             return
@@ -66,6 +70,8 @@ class VllmEngine(Engine):
                  self.mode, method, s.kv_cache_bytes / 1024**3, s.max_model_len, s.dtype,
                  s.cpu_threads_bind or "auto")
         began = time.monotonic()
+        # Fresh counters on every start: a restarted engine's load is not the dead one's.
+        self._counters = LiveCounters()
         loggers = [make_stat_logger_factory(self._counters)]
         with _env("VLLM_CPU_OMP_THREADS_BIND", s.cpu_threads_bind):
             # The constructor blocks until the engine-core child process has
@@ -75,6 +81,7 @@ class VllmEngine(Engine):
             self._llm = await asyncio.to_thread(
                 AsyncLLM.from_engine_args, args, stat_loggers=loggers)
         self.startup_seconds = time.monotonic() - began
+        self._closed = False
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         from vllm.exceptions import VLLMClientError

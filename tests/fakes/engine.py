@@ -46,8 +46,13 @@ class FakeEngine(Engine):
     """Emits words from ``WORDS`` (one token each) until ``max_tokens`` or a stop string."""
 
     def __init__(self, mode: str, *, speculative: bool = False, acceptance: float = 0.5,
-                 token_delay_s: float = 0.0, fail_after_tokens: int | None = None) -> None:
+                 token_delay_s: float = 0.0, fail_after_tokens: int | None = None,
+                 restartable: bool = False) -> None:
         super().__init__(mode)
+        self._restartable = restartable
+        self.starts = 0
+        # Starts that fail (an engine that cannot come back), counted down.
+        self.failing_starts = 0
         self.speculative = speculative
         self.acceptance = acceptance
         self.token_delay_s = token_delay_s
@@ -62,8 +67,20 @@ class FakeEngine(Engine):
     def is_up(self) -> bool:
         return self.started
 
+    @property
+    def restartable(self) -> bool:
+        return self._restartable
+
     async def start(self) -> None:
+        self.starts += 1
+        if self.failing_starts:
+            self.failing_starts -= 1
+            raise RuntimeError(f"engine {self.mode!r} failed to start")
         self.started = True
+
+    def die(self) -> None:
+        """What a killed engine-core process looks like from the gateway: down, for good."""
+        self.started = False
 
     async def shutdown(self) -> None:
         self.started = False

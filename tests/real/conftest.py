@@ -6,11 +6,6 @@ start) on a free port; tests talk to it over real HTTP.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from bench.gateway_process import GatewayNotReady, GatewayProcess
 
-STARTUP_TIMEOUT_S = 1500
 ADMIN_KEY = "real-tier-admin-key"
 
 
@@ -36,39 +30,15 @@ class RealGateway:
 
 @pytest.fixture(scope="session")
 def real_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGateway]:
-    port = free_port()
     log = tmp_path_factory.mktemp("gateway") / "specgate.log"
-    env = {**os.environ, "SPECGATE_PORT": str(port), "SPECGATE_MAX_MODEL_LEN": "1024",
-           "SPECGATE_ADMIN_KEY": ADMIN_KEY, "HF_HUB_OFFLINE": "1"}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    process = GatewayProcess(log, {"SPECGATE_MAX_MODEL_LEN": "1024",
+                                   "SPECGATE_ADMIN_KEY": ADMIN_KEY})
     try:
-        _wait_ready(url, proc, log)
-        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
-        yield RealGateway(url, model, log)
+        process.__enter__()
+    except GatewayNotReady as e:
+        pytest.fail(str(e))
+    try:
+        model = httpx.get(process.url + "/v1/models").json()["data"][0]["id"]
+        yield RealGateway(process.url, model, log)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"specgate exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            r = httpx.get(url + "/ready", timeout=5)
-            if r.status_code == 200:
-                return
-            if r.json().get("phase") == "failed":
-                pytest.fail(f"start-up failed: {r.json()['error']}\n{log.read_text()[-4000:]}")
-        except httpx.TransportError:
-            pass
-        time.sleep(2)
-    pytest.fail(f"gateway not ready after {STARTUP_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
+        process.stop()

@@ -81,12 +81,18 @@ async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGatew
         policy = (await h.get("/admin/policy", headers=AUTH)).json()
         assert policy["previous_winner"]["copy"] == "ngram"
 
-        # Without prompt lookup, free text goes to plain decoding: the untrained
-        # drafters measured slower, whatever the priors promised.
-        r = await h.put("/admin/policy", headers=AUTH,
-                        json={"enabled_modes": ["standard", "eagle3", "dflash"]})
+        # Without prompt lookup, free text goes to the fastest of what is left as
+        # measured, whatever the priors promised (the untrained drafters accept
+        # nothing, but on a CPU a verification step of a few tokens costs about
+        # what a plain one does, so plain decoding and DFlash can be near-tied).
+        enabled = ("standard", "eagle3", "dflash")
+        r = await h.put("/admin/policy", headers=AUTH, json={"enabled_modes": list(enabled)})
         assert r.status_code == 200
         r = await chat(h, real_gateway, WORKLOADS["chat"][0], "chat")
-        assert r.headers["x-spec-mode"] == "standard", r.headers["x-spec-decision"]
+        mode = r.headers["x-spec-mode"]
+        fastest = max(enabled, key=speed["chat"].__getitem__)
+        assert mode in enabled, r.headers["x-spec-decision"]
+        assert speed["chat"][mode] >= 0.9 * speed["chat"][fastest], (
+            mode, r.headers["x-spec-decision"], speed)
         await h.put("/admin/policy", headers=AUTH, json={
             "enabled_modes": None, "exploration_share": 0.03, "hysteresis": 0.1})

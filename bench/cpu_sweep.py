@@ -1,0 +1,227 @@
+"""The real CPU sweep: every mode forced by header versus ``auto``, side by side.
+
+The gateway serves the embedded model with its four vLLM CPU engines; closed-loop
+clients (the official ``openai`` SDK over HTTP, streaming) keep ``c`` requests in
+flight for c = 1, 2, 4, 8, 16, on two workloads sent as two workload classes:
+
+* ``copy``: the answer repeats text from the prompt, where n-gram prompt lookup
+  drafts well;
+* ``free``: open-ended writing, where nothing drafts well and, with the
+  embedded (untrained) drafters, plain decoding is fastest.
+
+At each (workload, c) the five policies run back to back in one block (the four
+forced modes, then ``auto``), so that machine noise hits them alike; ``auto``
+learns from what every finished request measured, forced ones included, just as
+in production. Throughput is completion tokens per second of wall time.
+
+    .venv/bin/python -m bench.cpu_sweep [--requests-per-client 3] [--max-tokens 48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import openai
+
+from bench.gateway_process import GatewayProcess
+
+CONCURRENCY = (1, 2, 4, 8, 16)
+POLICIES = ("standard", "ngram", "eagle3", "dflash", "auto")
+PASSAGES = (
+    "The committee met on Tuesday to review the budget for the new library, the repairs "
+    "to the bridge on Mill Street, and the schedule for the summer festival in the park.",
+    "To reset the router, unplug it, wait thirty seconds, plug it back in, and wait until "
+    "the green light on the front panel stops blinking before you connect again.",
+    "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen inside the "
+    "chloroplasts of plant cells, and it feeds almost every food chain on Earth.",
+)
+FREE = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Describe your ideal weekend in a few sentences.",
+    "Invent a new board game and explain how to win it.",
+    "Write a poem about autumn leaves and the first frost.",
+)
+WORKLOADS = {
+    "copy": [f"Repeat the following text word for word.\n\n{p}" for p in PASSAGES],
+    "free": list(FREE),
+}
+
+
+@dataclass
+class Cell:
+    workload: str
+    concurrency: int
+    policy: str
+    tokens: int
+    seconds: float
+    latencies: list[float]
+    served_by: dict[str, int]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    def pct(self, q: float) -> float:
+        lat = sorted(self.latencies)
+        return lat[min(len(lat) - 1, int(q * len(lat)))]
+
+
+async def one(client: openai.AsyncOpenAI, model: str, prompt: str, workload: str,
+              policy: str, max_tokens: int) -> tuple[int, float, str]:
+    began = time.monotonic()
+    raw = await client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
+        temperature=0, stream=True, stream_options={"include_usage": True},
+        extra_headers={"x-spec-mode": policy, "x-workload-class": workload})
+    tokens = 0
+    async for chunk in await raw.parse():
+        if chunk.usage:
+            tokens = chunk.usage.completion_tokens
+    return tokens, time.monotonic() - began, raw.headers.get("x-spec-mode", "?")
+
+
+async def run_cell(client: openai.AsyncOpenAI, model: str, workload: str, concurrency: int,
+                   policy: str, per_client: int, max_tokens: int) -> Cell:
+    prompts = WORKLOADS[workload]
+    results: list[tuple[int, float, str]] = []
+
+    async def worker(w: int) -> None:
+        for k in range(per_client):
+            prompt = prompts[(w * per_client + k) % len(prompts)]
+            results.append(await one(client, model, prompt, workload, policy, max_tokens))
+
+    began = time.monotonic()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    seconds = time.monotonic() - began
+    served: dict[str, int] = {}
+    for _, _, mode in results:
+        served[mode] = served.get(mode, 0) + 1
+    return Cell(workload, concurrency, policy, sum(r[0] for r in results), seconds,
+                [r[1] for r in results], served)
+
+
+async def sweep(url: str, per_client: int, max_tokens: int,
+                concurrency: tuple[int, ...]) -> list[Cell]:
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                                timeout=600, http_client=httpx.AsyncClient(
+                                    limits=httpx.Limits(max_connections=64), timeout=600))
+    model = (await client.models.list()).data[0].id
+    cells = []
+    for c in concurrency:
+        for workload in WORKLOADS:
+            for policy in POLICIES:
+                cell = await run_cell(client, model, workload, c, policy, per_client,
+                                      max_tokens)
+                print(f"{workload:5} c={c:2} {policy:8} {cell.tokens_per_s:7.1f} tok/s  "
+                      f"p50 {cell.pct(0.5):5.2f} s  served by {cell.served_by}", flush=True)
+                cells.append(cell)
+    await client.close()
+    return cells
+
+
+def auto_vs_best(cells: list[Cell]) -> dict[tuple[str, int], float]:
+    """auto's throughput over the best forced mode's, per (workload, concurrency)."""
+    ratios = {}
+    for key in {(c.workload, c.concurrency) for c in cells}:
+        group = {c.policy: c.tokens_per_s for c in cells if (c.workload, c.concurrency) == key}
+        best = max(v for p, v in group.items() if p != "auto")
+        ratios[key] = group["auto"] / best
+    return ratios
+
+
+def markdown(cells: list[Cell]) -> str:
+    ratios = auto_vs_best(cells)
+    head = " | ".join(POLICIES)
+    lines = [f"| workload | c | {head} | auto / best forced | auto served by |",
+             "|---|---|" + "---|" * (len(POLICIES) + 2)]
+    for workload in WORKLOADS:
+        for c in sorted({x.concurrency for x in cells}):
+            row = {x.policy: x for x in cells if (x.workload, x.concurrency) == (workload, c)}
+            tps = " | ".join(f"{row[p].tokens_per_s:.1f}" for p in POLICIES)
+            served = ", ".join(f"{m} {n}" for m, n in sorted(row["auto"].served_by.items()))
+            lines.append(f"| {workload} | {c} | {tps} | {ratios[(workload, c)]:.2f} | "
+                         f"{served} |")
+    lines += ["", "Completion tokens/s (streamed, wall time). Latency p50 / p99 (s):", "",
+              "| workload | c | " + " | ".join(POLICIES) + " |",
+              "|---|---|" + "---|" * len(POLICIES)]
+    for workload in WORKLOADS:
+        for c in sorted({x.concurrency for x in cells}):
+            row = {x.policy: x for x in cells if (x.workload, x.concurrency) == (workload, c)}
+            lat = " | ".join(f"{row[p].pct(0.5):.2f} / {row[p].pct(0.99):.2f}" for p in POLICIES)
+            lines.append(f"| {workload} | {c} | {lat} |")
+    return "\n".join(lines)
+
+
+def plot(cells: list[Cell], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for workload in WORKLOADS:
+        fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4))
+        for policy in POLICIES:
+            row = sorted((x for x in cells if x.workload == workload and x.policy == policy),
+                         key=lambda x: x.concurrency)
+            cs = [x.concurrency for x in row]
+            style = {"linewidth": 2.5, "color": "black"} if policy == "auto" else {}
+            ax_t.plot(cs, [x.tokens_per_s for x in row], marker="o", label=policy, **style)
+            ax_l.plot(cs, [x.pct(0.5) for x in row], marker="o", label=f"{policy} p50", **style)
+            ax_l.plot(cs, [x.pct(0.99) for x in row], linestyle="--", alpha=0.5, **style)
+        for ax, label in ((ax_t, "completion tokens/s"), (ax_l, "latency (s), p50 solid, "
+                                                                "p99 dashed")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrent requests")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+        ax_t.legend()
+        fig.suptitle(f"Real vLLM CPU engines, embedded model, workload '{workload}'")
+        fig.tight_layout()
+        path = out / f"cpu_sweep_{workload}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def run(out: Path, per_client: int = 3, max_tokens: int = 48,
+        concurrency: tuple[int, ...] = CONCURRENCY, url: str | None = None) -> list[Cell]:
+    out.mkdir(parents=True, exist_ok=True)
+    if url is not None:
+        cells = asyncio.run(sweep(url, per_client, max_tokens, concurrency))
+    else:
+        with GatewayProcess(out / "cpu_sweep.gateway.log",
+                            {"SPECGATE_MAX_MODEL_LEN": "1024"}) as gateway:
+            cells = asyncio.run(sweep(gateway.url, per_client, max_tokens, concurrency))
+    (out / "cpu_sweep.json").write_text(json.dumps(
+        [asdict(c) | {"tokens_per_s": c.tokens_per_s} for c in cells], indent=1))
+    return cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests-per-client", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--url", help="a running gateway (else one is started here)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out/cpu"))
+    args = parser.parse_args()
+    cells = run(args.out, args.requests_per_client, args.max_tokens, url=args.url)
+    plot(cells, args.out)
+    text = markdown(cells)
+    (args.out / "cpu_sweep.md").write_text(text + "\n")
+    print(text)
+    worst = min(auto_vs_best(cells).values())
+    print(f"cpu_auto_vs_best_min={worst:.3f} "
+          f"median={statistics.median(auto_vs_best(cells).values()):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""Soak: many concurrent clients against real vLLM CPU engines through the gateway.
+
+For ``--duration`` seconds, ``--clients`` clients (the official ``openai``
+SDK, over HTTP) send chat and completion requests, streaming and not, forced
+to every mode or ``auto``, greedy, with prompts whose answers were recorded
+once beforehand (plain decoding, alone). Every request must either come back
+with exactly that text and the same usage, or get a clear error (an OpenAI
+envelope with a status, or an error event in the stream); anything else
+(a transport error, a timeout, a stream that ends without finishing, a
+different text or usage) counts as lost. The gateway's memory (its own
+process, and with its engine processes) is sampled throughout.
+
+    .venv/bin/python -m bench.soak [--duration 600] [--clients 24] [--url URL]
+
+Prints a markdown report (also written to ``--out``) and a last summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+import psutil
+
+from bench.gateway_process import GatewayProcess
+
+MODES = ("auto", "standard", "ngram", "eagle3", "dflash")
+CHAT_PROMPTS = (
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three uses of a paperclip.",
+    "Repeat exactly: alpha beta gamma delta alpha beta gamma delta alpha beta gamma delta",
+    "Explain in two sentences why the sky is blue.",
+)
+TEXT_PROMPTS = (
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "Once upon a time, in a small village by the river,",
+)
+MAX_TOKENS = (8, 32, 96)
+
+
+@dataclass(frozen=True)
+class Case:
+    endpoint: str            # "chat" or "completions"
+    prompt: str
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Expected:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class Tally:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    latencies: list[float] = field(default_factory=list)
+    tokens: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def lost(self, why: str) -> None:
+        self.outcomes["lost"] += 1
+        if len(self.examples) < 10:
+            self.examples.append(why)
+
+
+def cases() -> list[Case]:
+    return ([Case("chat", p, m) for p in CHAT_PROMPTS for m in MAX_TOKENS]
+            + [Case("completions", p, m) for p in TEXT_PROMPTS for m in MAX_TOKENS])
+
+
+async def call(client: openai.AsyncOpenAI, model: str, case: Case, mode: str,
+               stream: bool) -> tuple[str, int, int]:
+    """(text, prompt tokens, completion tokens); raises what the SDK raises."""
+    headers = {"x-spec-mode": mode}
+    common = {"model": model, "max_tokens": case.max_tokens, "temperature": 0,
+              "extra_headers": headers}
+    if case.endpoint == "chat":
+        messages = [{"role": "user", "content": case.prompt}]
+        if not stream:
+            r = await client.chat.completions.create(messages=messages, **common)  # type: ignore[call-overload]
+            return r.choices[0].message.content or "", r.usage.prompt_tokens, \
+                r.usage.completion_tokens
+        s = await client.chat.completions.create(  # type: ignore[call-overload]
+            messages=messages, stream=True, stream_options={"include_usage": True}, **common)
+    else:
+        if not stream:
+            r = await client.completions.create(prompt=case.prompt, **common)  # type: ignore[call-overload]
+            return r.choices[0].text, r.usage.prompt_tokens, r.usage.completion_tokens
+        s = await client.completions.create(  # type: ignore[call-overload]
+            prompt=case.prompt, stream=True, stream_options={"include_usage": True}, **common)
+    text, usage, finished = "", None, False
+    async for chunk in s:
+        for c in chunk.choices:
+            text += (c.delta.content or "") if case.endpoint == "chat" else c.text
+            finished = finished or c.finish_reason is not None
+        usage = chunk.usage or usage
+    if usage is None or not finished:
+        raise EOFError("the stream ended without a finish reason and usage")
+    return text, usage.prompt_tokens, usage.completion_tokens
+
+
+async def references(client: openai.AsyncOpenAI, model: str) -> dict[Case, Expected]:
+    found = {}
+    for case in cases():
+        text, prompt, completion = await call(client, model, case, "standard", stream=False)
+        found[case] = Expected(text, prompt, completion)
+    return found
+
+
+async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
+                      expected: dict[Case, Expected], deadline: float, tally: Tally) -> None:
+    rng = random.Random(i)
+    all_cases = list(expected)
+    while time.monotonic() < deadline:
+        case, mode, stream = rng.choice(all_cases), rng.choice(MODES), rng.random() < 0.5
+        began = time.monotonic()
+        try:
+            got = await call(client, model, case, mode, stream)
+        except openai.APIStatusError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            if "message" in body or "error" in body:
+                tally.outcomes["clear_error"] += 1
+                tally.errors[f"{e.status_code} {body.get('code') or body.get('type')}"] += 1
+            else:
+                tally.lost(f"{e.status_code} without an error envelope: {e}")
+            continue
+        except openai.APIError as e:           # an error event inside a 200 stream
+            if isinstance(e, openai.APIConnectionError):
+                tally.lost(f"{mode} {case.endpoint}: {type(e).__name__}: {e}")
+            else:
+                tally.outcomes["clear_error"] += 1
+                tally.errors[f"stream {e.code or type(e).__name__}"] += 1
+            continue
+        except Exception as e:
+            tally.lost(f"{mode} {case.endpoint} stream={stream}: {type(e).__name__}: {e}")
+            continue
+        want = expected[case]
+        if got != (want.text, want.prompt_tokens, want.completion_tokens):
+            tally.lost(f"{mode} {case.endpoint} stream={stream} max_tokens={case.max_tokens}: "
+                       f"got {got!r}, expected {want!r}")
+            continue
+        tally.outcomes["ok"] += 1
+        tally.latencies.append(time.monotonic() - began)
+        tally.tokens += want.completion_tokens
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(the gateway process, the gateway with its engine processes) in MiB."""
+    proc = psutil.Process(pid)
+    own = proc.memory_info().rss
+    total = own + sum(c.memory_info().rss for c in proc.children(recursive=True))
+    return own / 2**20, total / 2**20
+
+
+async def soak(url: str, pid: int | None, duration: float, clients: int) -> str:
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                                timeout=600, http_client=httpx.AsyncClient(
+                                    limits=httpx.Limits(max_connections=clients + 4),
+                                    timeout=600))
+    model = (await client.models.list()).data[0].id
+    expected = await references(client, model)
+    # Warm every mode once, so that the first memory sample is not taken cold.
+    await asyncio.gather(*(call(client, model, c, m, s) for c in list(expected)[:2]
+                           for m in MODES for s in (False, True)))
+    samples: list[tuple[float, float, float]] = []
+    began = time.monotonic()
+    tally = Tally()
+
+    async def sample_memory() -> None:
+        while True:
+            if pid is not None:
+                samples.append((time.monotonic() - began, *rss_mib(pid)))
+            await asyncio.sleep(10)
+
+    sampler = asyncio.create_task(sample_memory())
+    deadline = began + duration
+    await asyncio.gather(*(client_loop(i, client, model, expected, deadline, tally)
+                           for i in range(clients)))
+    elapsed = time.monotonic() - began
+    sampler.cancel()
+    if pid is not None:
+        samples.append((elapsed, *rss_mib(pid)))
+    await client.close()
+    return report(tally, samples, elapsed, clients, duration)
+
+
+def report(tally: Tally, samples: list[tuple[float, float, float]], elapsed: float,
+           clients: int, duration: float) -> str:
+    total = sum(tally.outcomes.values())
+    lat = sorted(tally.latencies)
+    p50 = statistics.median(lat) if lat else float("nan")
+    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan")
+    lines = [f"# Soak: {clients} clients for {duration:.0f} s", "",
+             "| figure | value |", "|---|---|",
+             f"| requests | {total} |",
+             f"| completed with the expected text and usage | {tally.outcomes['ok']} |",
+             f"| clear errors | {tally.outcomes['clear_error']} |",
+             f"| **lost** | **{tally.outcomes['lost']}** |",
+             f"| throughput | {total / elapsed:.2f} req/s, {tally.tokens / elapsed:.1f} "
+             f"completion tokens/s |",
+             f"| latency of completed requests | p50 {p50:.2f} s, p99 {p99:.2f} s |"]
+    if samples:
+        first, last = samples[0], samples[-1]
+        peak = max(s[1] for s in samples)
+        lines += [f"| gateway RSS (own process) | start {first[1]:.0f} MiB, end "
+                  f"{last[1]:.0f} MiB, peak {peak:.0f} MiB, growth {last[1] - first[1]:+.0f} MiB |",
+                  f"| with engine processes | start {first[2]:.0f} MiB, end {last[2]:.0f} MiB |"]
+    lines += ["", "Errors by type:", ""]
+    lines += [f"- {k}: {v}" for k, v in tally.errors.most_common()] or ["- none"]
+    if tally.examples:
+        lines += ["", "Lost (first examples):", ""] + [f"- {e}" for e in tally.examples]
+    growth = samples[-1][1] - samples[0][1] if samples else float("nan")
+    lines += ["", f"soak_requests={total} lost={tally.outcomes['lost']} "
+                  f"clear_errors={tally.outcomes['clear_error']} p50_s={p50:.2f} p99_s={p99:.2f} "
+                  f"rss_growth_mib={growth:.0f}"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--clients", type=int, default=24)
+    parser.add_argument("--url", help="a running gateway (else one is started here)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out/soak.md"))
+    args = parser.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.url:
+        text = asyncio.run(soak(args.url, None, args.duration, args.clients))
+    else:
+        with GatewayProcess(args.out.with_suffix(".gateway.log"),
+                            {"SPECGATE_MAX_MODEL_LEN": "1024"}) as gateway:
+            text = asyncio.run(soak(gateway.url, gateway.pid, args.duration, args.clients))
+    args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Faults under load, against real parts: vLLM CPU engines, a real redis-server,
+the official ``openai`` client over real HTTP.
+
+A gateway of its own (plain decoding and n-gram, to start quickly), sharing a
+private Redis that the tests kill, and whose engine-core process one test
+kills. The engine test runs last: it takes an engine down on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from bench.gateway_process import GatewayProcess
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.real
+
+MODES = {"standard": {},
+         "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+                   "prompt_lookup_min": 2}}
+PROMPT = "Count from one to fifty in words, separated by commas."
+
+
+@dataclass
+class FaultGateway:
+    process: GatewayProcess
+    redis: RedisServer
+    model: str
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def client(self, **kw: object) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="unused",
+                                  max_retries=0, timeout=300, **kw)  # type: ignore[arg-type]
+
+    def ready(self) -> httpx.Response:
+        return httpx.get(self.url + "/ready", timeout=10)
+
+    def metrics(self) -> str:
+        return httpx.get(self.url + "/metrics", timeout=10).text
+
+    def engines(self) -> dict[str, dict]:  # type: ignore[type-arg]
+        return self.ready().json()["engines"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultGateway]:
+    redis = RedisServer()
+    redis.start()
+    log = tmp_path_factory.mktemp("faults") / "specgate.log"
+    env = {"SPECGATE_MODES": json.dumps(MODES), "SPECGATE_MAX_MODEL_LEN": "1024",
+           "SPECGATE_REDIS_URL": redis.url, "SPECGATE_REDIS_TIMEOUT_S": "0.2"}
+    try:
+        with GatewayProcess(log, env) as process:
+            model = httpx.get(process.url + "/v1/models").json()["data"][0]["id"]
+            yield FaultGateway(process, redis, model)
+    finally:
+        redis.kill()
+
+
+async def chat(g: FaultGateway, client: openai.AsyncOpenAI, *, mode: str | None = None,
+               stream: bool = False, max_tokens: int = 24) -> str:
+    headers = {"x-spec-mode": mode} if mode else {}
+    messages = [{"role": "user", "content": PROMPT}]
+    if not stream:
+        r = await client.chat.completions.create(
+            model=g.model, messages=messages, max_tokens=max_tokens, temperature=0,
+            extra_headers=headers)  # type: ignore[arg-type]
+        assert r.usage is not None and r.usage.completion_tokens > 0
+        return r.choices[0].message.content or ""
+    text = ""
+    s = await client.chat.completions.create(
+        model=g.model, messages=messages, max_tokens=max_tokens, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_headers=headers)  # type: ignore[arg-type]
+    usage = None
+    async for chunk in s:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        usage = chunk.usage or usage
+    assert usage is not None and usage.completion_tokens > 0
+    return text
+
+
+async def wait_until(what: str, check: object, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(check):  # type: ignore[arg-type]
+            return
+        await asyncio.sleep(0.25)
+    pytest.fail(f"not within {timeout_s} s: {what}")
+
+
+def nothing_running(g: FaultGateway) -> bool:
+    return all(e["in_flight"] == 0 and e["running"] == 0 and e["waiting"] == 0
+               for e in g.engines().values())
+
+
+async def test_redis_killed_and_restarted_under_load_fails_nothing(gateway: FaultGateway) -> None:
+    results: list[str | BaseException] = []
+    stop = asyncio.Event()
+
+    async def caller(i: int) -> None:
+        while not stop.is_set():
+            try:
+                results.append(await chat(gateway, client, stream=i % 2 == 0, max_tokens=8))
+            except Exception as e:
+                results.append(e)
+
+    client = gateway.client()
+    callers = [asyncio.create_task(caller(i)) for i in range(4)]
+    await asyncio.sleep(3)
+    gateway.redis.kill()
+    await wait_until("/ready reports the store down",
+                     lambda: gateway.ready().json()["policy_store"]["up"] is False, 30)
+    await asyncio.sleep(3)
+    gateway.redis.start()       # same port: the replica reconnects by itself
+    await wait_until("/ready reports the store back",
+                     lambda: gateway.ready().json()["policy_store"]["up"] is True, 60)
+    await asyncio.sleep(2)
+    stop.set()
+    await asyncio.gather(*callers)
+    await client.close()
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert not failures, failures[:3]
+    assert len(results) >= 8 and all(results)
+
+
+async def test_burst_of_disconnects_leaves_nothing_running(gateway: FaultGateway) -> None:
+    async def leave_mid_stream(i: int) -> None:
+        body = {"model": gateway.model, "stream": True, "max_tokens": 400, "temperature": 0,
+                "messages": [{"role": "user", "content": PROMPT}]}
+        headers = {"x-spec-mode": ("standard", "ngram", "auto")[i % 3]}
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=120) as http, \
+                http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+            assert r.status_code == 200
+            chunks = 0
+            async for line in r.aiter_lines():
+                chunks += line.startswith("data: {")
+                if chunks >= 2:
+                    break       # leave: the connection closes with the client
+
+    await asyncio.gather(*(leave_mid_stream(i) for i in range(12)))
+    await wait_until("no request left in any engine", lambda: nothing_running(gateway), 60)
+    # And the gateway still serves.
+    async with gateway.client() as client:
+        assert await chat(gateway, client, max_tokens=4)
+
+
+async def test_a_client_that_stops_reading_costs_bounded_memory_and_no_one_else(
+        gateway: FaultGateway) -> None:
+    gateway_proc = psutil.Process(gateway.process.pid)
+    rss_before = gateway_proc.memory_info().rss
+    # A raw socket with a small receive buffer that reads the response head and
+    # then nothing more, while the engine generates a long answer for it.
+    sock = socket.create_connection(("127.0.0.1", gateway.process.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    body = json.dumps({"model": gateway.model, "stream": True, "max_tokens": 900, "n": 4,
+                       "temperature": 1.0, "seed": 1,
+                       "messages": [{"role": "user", "content": PROMPT}]}).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/json\r\nx-spec-mode: standard\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert sock.recv(12).startswith(b"HTTP/1.1 200")
+    try:
+        began = time.monotonic()
+        async with gateway.client() as client:
+            answers = await asyncio.gather(*(
+                chat(gateway, client, mode=m, stream=s, max_tokens=16)
+                for m in ("standard", "ngram") for s in (False, True)))
+        assert all(answers)
+        # Generous: other clients are served while the slow one sits there.
+        assert time.monotonic() - began < 120
+        rss_after = gateway_proc.memory_info().rss
+        assert rss_after - rss_before < 200 * 2**20, (rss_before, rss_after)
+    finally:
+        sock.close()
+    await wait_until("the slow client's request ended", lambda: nothing_running(gateway), 120)
+
+
+def engine_core_pids(gateway_pid: int) -> list[int]:
+    """The engine-core child processes, in start order (engines start one at a time,
+    in the order the modes are configured)."""
+    cores = [p for p in psutil.Process(gateway_pid).children(recursive=True)
+             if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+    return [p.pid for p in sorted(cores, key=lambda p: p.create_time())]
+
+
+async def test_engine_core_killed_under_load(gateway: FaultGateway) -> None:
+    pids = engine_core_pids(gateway.process.pid)
+    assert len(pids) == len(MODES), pids
+    standard_core = pids[0]
+    async with gateway.client() as client:
+        await _kill_standard_under_load(gateway, client, standard_core)
+
+
+async def _kill_standard_under_load(gateway: FaultGateway, client: openai.AsyncOpenAI,
+                                    standard_core: int) -> None:
+    in_flight = [asyncio.create_task(chat(gateway, client, mode="standard", stream=s,
+                                          max_tokens=600)) for s in (False, True, True)]
+    await wait_until("the long requests are running",
+                     lambda: gateway.engines()["standard"]["running"] >= 3, 60)
+    os.kill(standard_core, signal.SIGKILL)
+
+    # In-flight requests end with a clear error, not a hang and not a success.
+    results = await asyncio.wait_for(asyncio.gather(*in_flight, return_exceptions=True), 120)
+    for r in results:
+        assert isinstance(r, openai.APIError), r
+        assert "standard" in str(r) and "engine" in str(r), r
+
+    # /ready and the metrics show the engine down: reloading the model takes the
+    # supervisor many seconds, so the window is wide.
+    r = await asyncio.to_thread(gateway.ready)
+    assert r.status_code == 503 and r.json()["engines"]["standard"]["up"] is False
+    assert r.json()["engines"]["ngram"]["up"] is True
+    metrics = await asyncio.to_thread(gateway.metrics)
+    assert 'specgate_engine_up{mode="standard"} 0.0' in metrics
+
+    # New auto requests go to the healthy mode; the dead one, forced, is a clear 503.
+    for _ in range(3):
+        raw = await client.chat.completions.with_raw_response.create(
+            model=gateway.model, messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=4)
+        assert raw.http_response.status_code == 200
+        assert raw.headers["x-spec-mode"] == "ngram"
+    with pytest.raises(openai.APIStatusError) as e:
+        await client.chat.completions.create(
+            model=gateway.model, messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=4, extra_headers={"x-spec-mode": "standard"})
+    assert e.value.status_code == 503
+
+    # The supervisor restarts the engine: ready again, and it serves.
+    await wait_until("the standard engine is restarted",
+                     lambda: gateway.ready().status_code == 200, 300)
+    assert engine_core_pids(gateway.process.pid)[-1] != standard_core
+    assert await chat(gateway, client, mode="standard", max_tokens=4)
+    metrics = await asyncio.to_thread(gateway.metrics)
+    assert 'specgate_engine_restarts_total{mode="standard",outcome="ok"} 1.0' in metrics
+    assert nothing_running(gateway)
