@@ -10,11 +10,12 @@ flight for c = 1, 2, 4, 8, 16, on two workloads sent as two workload classes:
   embedded (untrained) drafters, plain decoding is fastest.
 
 At each (workload, c) the five policies run back to back in one block (the four
-forced modes, then ``auto``), so that machine noise hits them alike; ``auto``
-learns from what every finished request measured, forced ones included, just as
-in production. Throughput is completion tokens per second of wall time.
+forced modes and ``auto``), in rounds of alternating order, so that machine noise
+hits them alike; ``auto`` learns from what every finished request measured,
+forced ones included, just as in production. Every mode serves one request per
+workload first (warm-up, not measured). Throughput is completion tokens per second of wall time.
 
-    .venv/bin/python -m bench.cpu_sweep [--requests-per-client 3] [--max-tokens 48]
+    .venv/bin/python -m bench.cpu_sweep [--requests-per-client 2] [--max-tokens 48]
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
 import openai
 
 from bench.gateway_process import GatewayProcess
@@ -81,15 +81,30 @@ async def one(client: openai.AsyncOpenAI, model: str, prompt: str, workload: str
         temperature=0, stream=True, stream_options={"include_usage": True},
         extra_headers={"x-spec-mode": policy, "x-workload-class": workload})
     tokens = 0
-    async for chunk in await raw.parse():
+    async for chunk in raw.parse():
         if chunk.usage:
             tokens = chunk.usage.completion_tokens
     return tokens, time.monotonic() - began, raw.headers.get("x-spec-mode", "?")
 
 
+def requests_per_client(concurrency: int, per_client: int) -> int:
+    """At least ``per_client`` each, and at least 8 in all: a cell of 1–2 requests
+    would measure one prompt's length more than the mode's speed."""
+    return max(per_client, -(-8 // concurrency))
+
+
+async def warm_up(client: openai.AsyncOpenAI, model: str, max_tokens: int) -> None:
+    """One request per mode and workload before measuring: an engine's first
+    requests pay one-off costs (allocations, kernel selection) that are not speed."""
+    for workload, prompts in WORKLOADS.items():
+        for policy in POLICIES[:-1]:
+            await one(client, model, prompts[0], workload, policy, max_tokens)
+
+
 async def run_cell(client: openai.AsyncOpenAI, model: str, workload: str, concurrency: int,
                    policy: str, per_client: int, max_tokens: int) -> Cell:
     prompts = WORKLOADS[workload]
+    per_client = requests_per_client(concurrency, per_client)
     results: list[tuple[int, float, str]] = []
 
     async def worker(w: int) -> None:
@@ -108,22 +123,38 @@ async def run_cell(client: openai.AsyncOpenAI, model: str, workload: str, concur
 
 
 async def sweep(url: str, per_client: int, max_tokens: int,
-                concurrency: tuple[int, ...]) -> list[Cell]:
+                concurrency: tuple[int, ...], rounds: int) -> list[Cell]:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
-                                timeout=600, http_client=httpx.AsyncClient(
-                                    limits=httpx.Limits(max_connections=64), timeout=600))
+                                timeout=600)
     model = (await client.models.list()).data[0].id
+    await warm_up(client, model, max_tokens)
     cells = []
     for c in concurrency:
         for workload in WORKLOADS:
+            # Rounds in alternating order (forward, then backward, ...): a drift in the
+            # machine's speed during a block then favours no policy.
+            parts: dict[str, list[Cell]] = {p: [] for p in POLICIES}
+            for r in range(rounds):
+                for policy in POLICIES if r % 2 == 0 else POLICIES[::-1]:
+                    parts[policy].append(await run_cell(client, model, workload, c, policy,
+                                                        per_client, max_tokens))
             for policy in POLICIES:
-                cell = await run_cell(client, model, workload, c, policy, per_client,
-                                      max_tokens)
+                cell = merge(parts[policy])
                 print(f"{workload:5} c={c:2} {policy:8} {cell.tokens_per_s:7.1f} tok/s  "
                       f"p50 {cell.pct(0.5):5.2f} s  served by {cell.served_by}", flush=True)
                 cells.append(cell)
     await client.close()
     return cells
+
+
+def merge(parts: list[Cell]) -> Cell:
+    served: dict[str, int] = {}
+    for p in parts:
+        for mode, n in p.served_by.items():
+            served[mode] = served.get(mode, 0) + n
+    first = parts[0]
+    return Cell(first.workload, first.concurrency, first.policy, sum(p.tokens for p in parts),
+                sum(p.seconds for p in parts), [x for p in parts for x in p.latencies], served)
 
 
 def auto_vs_best(cells: list[Cell]) -> dict[tuple[str, int], float]:
@@ -192,15 +223,17 @@ def plot(cells: list[Cell], out: Path) -> list[Path]:
     return paths
 
 
-def run(out: Path, per_client: int = 3, max_tokens: int = 48,
-        concurrency: tuple[int, ...] = CONCURRENCY, url: str | None = None) -> list[Cell]:
+def run(out: Path, per_client: int = 2, max_tokens: int = 48,
+        concurrency: tuple[int, ...] = CONCURRENCY, url: str | None = None,
+        rounds: int = 2) -> list[Cell]:
     out.mkdir(parents=True, exist_ok=True)
     if url is not None:
-        cells = asyncio.run(sweep(url, per_client, max_tokens, concurrency))
+        cells = asyncio.run(sweep(url, per_client, max_tokens, concurrency, rounds))
     else:
         with GatewayProcess(out / "cpu_sweep.gateway.log",
                             {"SPECGATE_MAX_MODEL_LEN": "1024"}) as gateway:
-            cells = asyncio.run(sweep(gateway.url, per_client, max_tokens, concurrency))
+            cells = asyncio.run(sweep(gateway.url, per_client, max_tokens, concurrency,
+                                        rounds))
     (out / "cpu_sweep.json").write_text(json.dumps(
         [asdict(c) | {"tokens_per_s": c.tokens_per_s} for c in cells], indent=1))
     return cells
@@ -208,12 +241,14 @@ def run(out: Path, per_client: int = 3, max_tokens: int = 48,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests-per-client", type=int, default=3)
+    parser.add_argument("--requests-per-client", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--url", help="a running gateway (else one is started here)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/cpu"))
     args = parser.parse_args()
-    cells = run(args.out, args.requests_per_client, args.max_tokens, url=args.url)
+    cells = run(args.out, args.requests_per_client, args.max_tokens, url=args.url,
+                rounds=args.rounds)
     plot(cells, args.out)
     text = markdown(cells)
     (args.out / "cpu_sweep.md").write_text(text + "\n")

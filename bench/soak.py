@@ -26,7 +26,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import openai
 import psutil
 
@@ -167,9 +166,7 @@ def rss_mib(pid: int) -> tuple[float, float]:
 
 async def soak(url: str, pid: int | None, duration: float, clients: int) -> str:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
-                                timeout=600, http_client=httpx.AsyncClient(
-                                    limits=httpx.Limits(max_connections=clients + 4),
-                                    timeout=600))
+                                timeout=600)
     model = (await client.models.list()).data[0].id
     expected = await references(client, model)
     # Warm every mode once, so that the first memory sample is not taken cold.

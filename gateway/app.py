@@ -13,12 +13,17 @@ from fastapi import FastAPI
 
 from gateway import health, models
 from gateway.admin import router as admin_router
+from gateway.admission import Admission
+from gateway.auth import ApiKeyMiddleware
+from gateway.body_limit import BodyLimitMiddleware
 from gateway.chat import router as chat_router
 from gateway.completions import router as completions_router
 from gateway.errors import install_error_handlers
+from gateway.keys import KeyRing
 from gateway.metrics import GatewayMetrics, ResponseMetricsMiddleware
 from gateway.runtime import Components, Runtime
-from gateway.settings import Settings
+from gateway.settings import OPERATIONAL_ENDPOINTS, Settings
+from gateway.shutdown import Drain
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Policy
@@ -47,7 +52,8 @@ def create_app(settings: Settings, *, components: Components | None = None,
     ``components`` injects a ready-made model, tokenizer and engines (tests use
     fakes); without it the lifespan prepares the model and starts vLLM engines
     as ``settings`` describe. ``store`` defaults to Redis when ``redis_url``
-    is set, else in-memory.
+    is set, else in-memory. Serve it with ``gateway.shutdown.DrainingServer``
+    (``app.state.drain``) for a graceful shutdown.
     """
     if policy is None:
         chosen = settings.policy
@@ -77,11 +83,17 @@ def create_app(settings: Settings, *, components: Components | None = None,
             return await load_components(settings)
         model_name = served_model_name(settings)
 
-    runtime = Runtime(model_name, policy, state, settings.max_n, load)
+    admission = Admission(per_mode=settings.max_in_flight_per_mode,
+                          total=settings.max_in_flight)
+    drain = Drain(admission, settings.drain_timeout_s)
+    runtime = Runtime(model_name, policy, state, settings.max_n, load, admission=admission,
+                      request_timeout_s=settings.request_timeout_s,
+                      keepalive_s=settings.sse_keepalive_s)
     metrics = GatewayMetrics(runtime)
     runtime.completion_observers.append(metrics.on_completed)
     runtime.decision_observers.append(metrics.on_decision)
     runtime.stream_error_observers.append(metrics.on_error)
+    runtime.restart_observers.append(metrics.on_engine_restart)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -90,6 +102,9 @@ def create_app(settings: Settings, *, components: Components | None = None,
         try:
             yield
         finally:
+            # DrainingServer has drained already; under any other server, whatever
+            # is still in flight is stopped cleanly here rather than cut off.
+            drain.stop_now()
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -104,7 +119,16 @@ def create_app(settings: Settings, *, components: Components | None = None,
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.drain = drain
+    admin_key = settings.admin_key
+    app.state.admin_keys = KeyRing([admin_key.get_secret_value()] if admin_key else [])
     install_error_handlers(app)
+    # Outermost last: metrics see every answer, auth runs before any body is read.
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
+                       count_error=metrics.on_error)
+    app.add_middleware(ApiKeyMiddleware, keys=KeyRing(settings.resolved_api_keys()),
+                       protected=set(OPERATIONAL_ENDPOINTS) - set(settings.public_endpoints),
+                       count_error=metrics.on_error)
     app.add_middleware(ResponseMetricsMiddleware, metrics=metrics)
     for module in (health, models, chat_router, completions_router, admin_router):
         app.include_router(module.router)

@@ -12,6 +12,11 @@ from pydantic import ValidationError
 
 from gateway.settings import Settings
 
+MASK = "********"
+# After the drain (gateway/shutdown.py) has ended every request, this bounds
+# how long uvicorn waits for their last bytes to reach slow clients.
+FLUSH_TIMEOUT_S = 5
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specgate", description=__doc__)
@@ -53,7 +58,8 @@ def resolved_config_yaml(settings: Settings) -> str:
                      for name, m in settings.resolved_modes().items()}
     data["dtype"] = settings.resolved_dtype()
     if settings.admin_key is not None:
-        data["admin_key"] = "********"
+        data["admin_key"] = MASK
+    data["api_keys"] = [MASK for _ in settings.api_keys]
     return str(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -75,13 +81,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.shutdown import DrainingServer
 
     app = create_app(settings)
     print(f"SpecGate serving '{app.state.runtime.model_name}' on "
           f"http://{settings.host}:{settings.port} (engines start in the background; "
           f"GET /ready turns 200 when all are up)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=10)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                            log_level=settings.log_level,
+                            timeout_graceful_shutdown=FLUSH_TIMEOUT_S)
+    DrainingServer(config, app.state.drain).run()
 
 
 if __name__ == "__main__":

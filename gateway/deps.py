@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from gateway.errors import bad_request
 from gateway.runtime import Runtime
 from gateway.serving import RoutingHeaders
 
@@ -16,9 +17,16 @@ def get_runtime(request: Request) -> Runtime:
 
 
 def get_routing_headers(
+    request: Request,
     x_spec_mode: Annotated[str | None, Header(alias="x-spec-mode")] = None,
     x_workload_class: Annotated[str | None, Header(alias="x-workload-class")] = None,
 ) -> RoutingHeaders:
+    # Repeated, these would mean whatever each hop picks (the first, the last,
+    # both joined); refuse the ambiguity instead of routing on a guess.
+    for name in ("x-spec-mode", "x-workload-class"):
+        if len(request.headers.getlist(name)) > 1:
+            raise bad_request(f"send the {name} header at most once", param=name,
+                              code="duplicate_header")
     return RoutingHeaders(spec_mode=x_spec_mode, workload_class=x_workload_class)
 
 

@@ -14,12 +14,14 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.events import Finished, GenerationEvent, TextDelta
 from engines.request import GenerationRequest
+from gateway.admission import Admission, Ticket, queue_full
 from gateway.errors import OpenAIError, bad_request, unavailable
+from gateway.pump import EventPump, Idle
 from gateway.settings import AUTO
 from policies.base import Decision, DecisionInput, ModeLoad, NoModeAvailable, Policy
 from policies.shared_state import SharedPolicyState
@@ -61,23 +63,43 @@ CompletionObserver = Callable[[Completed], None]
 
 @dataclass(slots=True)
 class OpenStream:
-    """An engine stream whose first event has already arrived."""
+    """An admitted engine request whose first event was awaited before answering.
+
+    ``first`` is that event, or None for a stream answered before it came
+    (see ``gateway/keepalive.py``).
+    """
 
     routing: Routing
-    first: GenerationEvent
-    rest: AsyncIterator[GenerationEvent]
+    pump: EventPump
+    ticket: Ticket
     on_completed: CompletionObserver
+    first: GenerationEvent | None = None
     first_token_at: float | None = None
+    _first_taken: bool = False
+
+    async def next(self, idle_s: float = 0.0) -> GenerationEvent | Idle:
+        """The next event or ``IDLE`` (see ``EventPump.next``)."""
+        if self.first is not None and not self._first_taken:
+            self._first_taken = True
+            event: GenerationEvent | Idle = self.first
+        else:
+            event = await self.pump.next(idle_s)
+        if not isinstance(event, Idle):
+            self._see(event)
+        return event
 
     async def events(self) -> AsyncIterator[GenerationEvent]:
+        """Every event up to the terminal one; closes the stream when done or left."""
         try:
-            self._see(self.first)
-            yield self.first
-            if isinstance(self.first, Finished):
-                return
-            async for event in self.rest:
-                self._see(event)
+            while True:
+                try:
+                    event = await self.next()
+                except StopAsyncIteration:
+                    return
+                assert not isinstance(event, Idle)
                 yield event
+                if not isinstance(event, TextDelta):
+                    return
         finally:
             await self.aclose()
 
@@ -91,9 +113,10 @@ class OpenStream:
             self.on_completed(Completed(self.routing, event, first, now - start))
 
     async def aclose(self) -> None:
-        closer = getattr(self.rest, "aclose", None)
-        if closer is not None:
-            await closer()
+        try:
+            await self.pump.aclose()
+        finally:
+            self.ticket.release()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -107,8 +130,10 @@ class Dispatcher:
                  clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None,
                  observers: list[CompletionObserver] | None = None,
-                 decision_observers: list[Callable[[Routing], None]] | None = None) -> None:
+                 decision_observers: list[Callable[[Routing], None]] | None = None,
+                 admission: Admission | None = None) -> None:
         self.engines = engines
+        self.admission = admission or Admission()
         self.observers: list[CompletionObserver] = [self._learn, *(observers or [])]
         self.decision_observers = list(decision_observers or [])
         self.policy = policy
@@ -128,9 +153,10 @@ class Dispatcher:
         if value in ("", AUTO):
             return None
         if value not in self.engines:
-            shown = header if header.isprintable() and len(header) <= 64 else repr(header[:64])
+            shown = repr(header) if header.isprintable() and len(header) <= 64 \
+                else repr(header[:64]) + ("..." if len(header) > 64 else "")
             raise bad_request(
-                f"unknown x-spec-mode {shown!r}; valid values: "
+                f"unknown x-spec-mode {shown}; valid values: "
                 + ", ".join(self.valid_header_values()),
                 param="x-spec-mode", code="invalid_spec_mode")
         return value
@@ -149,21 +175,33 @@ class Dispatcher:
 
     def decide(self, override: str | None, prompt_tokens: int, max_tokens: int | None,
                requested_class: str | None, request_id: str = "") -> Routing:
+        """Choose a mode; ``open`` must follow with no ``await`` in between, so that the
+        room admission saw here is still there when it admits the request."""
+        admission = self.admission
+        admission.check_open()
         loads = self.loads()
-        if override is not None and not loads[override].up:
-            raise unavailable(f"mode {override!r} is not available right now; "
-                              f"retry later or use x-spec-mode: auto")
+        if override is not None:
+            if not loads[override].up:
+                raise unavailable(f"mode {override!r} is not available right now; "
+                                  f"retry later or use x-spec-mode: auto")
+            admission.check_mode(override)
+        # A full mode is shown to the policy as down: auto traffic goes where there is room.
+        full = {name for name, load in loads.items() if load.up and not admission.has_room(name)}
+        offered = {name: replace(load, up=False) if name in full else load
+                   for name, load in loads.items()}
         now = self.clock()
         state = self.state
         cls = state.workload_class(requested_class)
         inputs = DecisionInput(
-            modes=loads, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
+            modes=offered, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
             override=override, workload_class=cls, acceptance=state.acceptance_for(cls, now),
             expected_output_tokens=state.expected_output(cls, now),
             previous_mode=state.previous_mode(cls), explore_draw=self.rng.random())
         try:
             decision = self.policy.decide(inputs)
         except NoModeAvailable as e:
+            if full:
+                raise queue_full(admission.per_mode) from e
             raise unavailable("no decoding engine is available right now; retry later",
                               code="no_engine_available") from e
         if override is None and not decision.reason.startswith("explore"):
@@ -175,18 +213,33 @@ class Dispatcher:
             observer(routing)
         return routing
 
-    async def open(self, routing: Routing, request: GenerationRequest) -> OpenStream:
+    async def open(self, routing: Routing, request: GenerationRequest, *,
+                   deadline: float | None = None, first_wait_s: float = 0.0) -> OpenStream:
+        """Admit the request to the chosen mode and await its first event.
+
+        ``deadline`` (``time.monotonic()``) stops the engine request when it
+        passes; ``first_wait_s`` > 0 returns without a first event after that long.
+        """
         mode = routing.decision.mode
-        stream = self.engines[mode].generate(request)
+        ticket = self.admission.admit(mode)
         try:
-            first = await anext(stream)
-        except StopAsyncIteration as e:
-            raise OpenAIError(500, "the engine returned no output", type="server_error") from e
-        except InvalidGenerationRequest as e:
-            raise bad_request(f"the engine rejected the request: {e}") from e
-        except EngineUnavailable as e:
-            raise unavailable(f"mode {mode!r} is not available right now") from e
-        return OpenStream(routing, first, stream, self._completed)
+            pump = EventPump(self.engines[mode].generate(request), deadline, ticket.release)
+        except BaseException:
+            ticket.release()
+            raise
+        ticket.on_interrupt = pump.interrupt
+        stream = OpenStream(routing, pump, ticket, self._completed)
+        try:
+            first = await pump.next(first_wait_s)
+        except (StopAsyncIteration, InvalidGenerationRequest, EngineUnavailable) as e:
+            await stream.aclose()
+            raise _open_error(e, mode) from e
+        except BaseException:  # Interrupted, or the client left (cancellation)
+            await stream.aclose()
+            raise
+        if not isinstance(first, Idle):
+            stream.first = first
+        return stream
 
     def _completed(self, done: Completed) -> None:
         for observer in self.observers:
@@ -214,6 +267,15 @@ class Dispatcher:
                         mean_accepted_length=s.recent_mean_accepted_length,
                         method=info.method, num_speculative_tokens=info.num_speculative_tokens,
                         gpu_group=info.gpu_group, step_profile=s.step_profile)
+
+
+def _open_error(e: Exception, mode: str) -> OpenAIError:
+    """What a client is told when a request fails before its first event."""
+    if isinstance(e, InvalidGenerationRequest):
+        return bad_request(f"the engine rejected the request: {e}")
+    if isinstance(e, EngineUnavailable):
+        return unavailable(f"mode {mode!r} is not available right now")
+    return OpenAIError(500, "the engine returned no output", type="server_error")
 
 
 def _audit_entry(request_id: str, inputs: DecisionInput, decision: Decision) -> dict[str, str]:

@@ -20,7 +20,8 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready")
 async def ready(runtime: RuntimeDep) -> JSONResponse:
-    """200 only when every configured engine is up; the body says why not."""
+    """200 only when every configured engine is up and the gateway is not shutting
+    down (a load balancer then stops sending it new requests); the body says why not."""
     engines: dict[str, Any] = {}
     for name, engine in runtime.engines.items():
         s = engine.stats()
@@ -35,6 +36,8 @@ async def ready(runtime: RuntimeDep) -> JSONResponse:
     # A store outage degrades learning, not serving: it shows here but keeps 200.
     store = {"up": state.store_up, "backend": type(state.store).__name__,
              "last_error": state.last_error, "outages": state.outages}
-    body = {"status": "ready" if runtime.ready else "not_ready", "phase": runtime.phase,
+    status = "draining" if runtime.admission.closed else "ready" if runtime.ready \
+        else "not_ready"
+    body = {"status": status, "phase": runtime.phase,
             "error": runtime.error, "engines": engines, "policy_store": store}
     return JSONResponse(body, status_code=200 if runtime.ready else 503)

@@ -75,6 +75,16 @@ class _LiveCollector(Collector):
             for mode, learned in state.acceptance_for(cls, now).items():
                 rate.append(([mode, cls], learned.acceptance_rate))
                 length.append(([mode, cls], learned.mean_accepted_length))
+        admission = self.runtime.admission
+        yield _gauge("specgate_admitted_requests", "requests admitted to the mode and not "
+                     "finished (what max_in_flight_per_mode bounds)",
+                     [([name], float(admission.in_flight(name))) for name in self.runtime.engines],
+                     ["mode"])
+        yield _gauge("specgate_admission_limit", "admitted requests allowed before 429 "
+                     "(0 = no bound)", [(["per_mode"], float(admission.per_mode)),
+                                        (["total"], float(admission.total_limit))], ["scope"])
+        yield _gauge("specgate_draining", "1 while shutting down (new requests get 503)",
+                     [([], 1.0 if admission.closed else 0.0)])
         yield _gauge("specgate_engine_up", "1 when the engine serves", up, ["mode"])
         yield _gauge("specgate_engine_running_requests", "requests in the engine's batch",
                      running, ["mode"])
@@ -129,6 +139,9 @@ class GatewayMetrics:
                                          "completion tokens generated", ["mode"], registry=r)
         self.errors = Counter("specgate_errors", "error responses by type and code",
                               ["type", "code"], registry=r)
+        self.engine_restarts = Counter("specgate_engine_restarts", "attempts to restart an "
+                                       "engine that died, by outcome (ok, failed)",
+                                       ["mode", "outcome"], registry=r)
         r.register(_LiveCollector(runtime))
         self.router = APIRouter()
         self.router.add_api_route("/metrics", self.scrape, methods=["GET"],
@@ -157,6 +170,9 @@ class GatewayMetrics:
 
     def on_error(self, type_: str, code: str | None) -> None:
         self.errors.labels(type_, code or "").inc()
+
+    def on_engine_restart(self, mode: str, ok: bool) -> None:
+        self.engine_restarts.labels(mode, "ok" if ok else "failed").inc()
 
     async def scrape(self) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

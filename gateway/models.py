@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from gateway.deps import RuntimeDep
-from gateway.errors import OpenAIError
+from gateway.errors import ERROR_RESPONSES, OpenAIError
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 def _model_card(runtime: RuntimeDep) -> dict[str, Any]:

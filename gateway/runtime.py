@@ -8,13 +8,16 @@ takes minutes; requests that arrive before their engine is up get a clear 503.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from engines.base import Engine
+from engines.supervisor import EngineSupervisor
 from engines.tokenizer import Tokenizer
+from gateway.admission import Admission, shutting_down
 from gateway.chat.service import ChatService
 from gateway.completions.service import CompletionService
 from gateway.dispatch import CompletionObserver, Dispatcher, ModeInfo, Routing
@@ -52,12 +55,16 @@ ComponentsLoader = Callable[[], Awaitable[Components]]
 
 class Runtime:
     def __init__(self, model_name: str, policy: Policy, state: SharedPolicyState, max_n: int,
-                 load: ComponentsLoader) -> None:
+                 load: ComponentsLoader, *, admission: Admission | None = None,
+                 request_timeout_s: float = 0.0, keepalive_s: float = 0.0) -> None:
         self.model_name = model_name
         self.state = state
         self.created = int(time.time())
         self.policy = policy
         self.max_n = max_n
+        self.admission = admission or Admission()
+        self.request_timeout_s = request_timeout_s
+        self.keepalive_s = keepalive_s
         self._load = load
         self._closers: list[Callable[[], Awaitable[None]]] = []
         self.engines: Mapping[str, Engine] = {}
@@ -67,8 +74,13 @@ class Runtime:
         self.completion_observers: list[CompletionObserver] = []
         self.decision_observers: list[Callable[[Routing], None]] = []
         self.stream_error_observers: list[Callable[[str, str | None], None]] = []
+        # Called with (mode, restarted) after each attempt to bring back a dead engine.
+        self.restart_observers: list[Callable[[str, bool], None]] = []
+        self._supervisor: asyncio.Task[None] | None = None
 
     def services(self) -> Services:
+        if self.admission.closed:
+            raise shutting_down()
         if self._services is None:
             if self.error is not None:
                 raise unavailable("the gateway failed to start; see its log",
@@ -79,17 +91,21 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
-        return self.phase == "ready" and all(e.is_up for e in self.engines.values())
+        return (self.phase == "ready" and not self.admission.closed
+                and all(e.is_up for e in self.engines.values()))
 
     async def boot(self) -> None:
         try:
             components = await self._load()
             self.engines = components.engines
             self._closers = list(components.closers)
-            limits = Limits(max_model_len=components.max_model_len, max_n=self.max_n)
+            limits = Limits(max_model_len=components.max_model_len, max_n=self.max_n,
+                            request_timeout_s=self.request_timeout_s,
+                            keepalive_s=self.keepalive_s)
             dispatcher = Dispatcher(components.engines, self.policy, self.state,
                                     components.mode_info, observers=self.completion_observers,
-                                    decision_observers=self.decision_observers)
+                                    decision_observers=self.decision_observers,
+                                    admission=self.admission)
             self.state.load_provider = lambda: self.replica_load(dispatcher)
             chat = ChatService(dispatcher, self.model_name, limits, components.tokenizer)
             completions = CompletionService(dispatcher, self.model_name, limits,
@@ -106,6 +122,10 @@ class Runtime:
                 await engine.start()
                 log.info("engine %r up in %.1f s", name, time.monotonic() - began)
             self.phase = "ready"
+            # Only once every engine started: before that, "not up" means "starting".
+            supervisor = EngineSupervisor(components.engines,
+                                          observers=self.restart_observers)
+            self._supervisor = asyncio.create_task(supervisor.run())
             log.info("all %d engines up; ready", len(components.engines))
         except asyncio.CancelledError:
             raise
@@ -130,6 +150,10 @@ class Runtime:
         return self._services.dispatcher if self._services is not None else None
 
     async def shutdown(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
         for name, engine in self.engines.items():
             try:
                 await engine.shutdown()

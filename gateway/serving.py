@@ -2,7 +2,8 @@
 
 Subclasses say how to turn a wire request into a prompt and how to shape
 choices and chunks; this class validates limits, asks the dispatcher for a
-mode, and runs the engine stream to a JSON body or to SSE events.
+mode, and runs the engine stream to a JSON body or to SSE events (with
+keep-alive comments while silent), within the request's deadline.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from engines.base import EngineError
 from engines.events import Failed, Finished, TextDelta, TokenLogprob
 from engines.request import GenerationRequest, SamplingOptions
+from gateway import keepalive
 from gateway.dispatch import Dispatcher, OpenStream
-from gateway.errors import OpenAIError, bad_request, error_body
+from gateway.errors import OpenAIError, bad_request
 from gateway.protocol import SamplingFields, usage
+from gateway.pump import Idle, Interrupted
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,8 @@ class RoutingHeaders:
 class Limits:
     max_model_len: int
     max_n: int
+    request_timeout_s: float = 0.0       # arrival to last token; 0 = none
+    keepalive_s: float = 0.0             # SSE keep-alive interval; 0 = none
 
 
 @dataclass(slots=True)
@@ -109,6 +115,14 @@ class Serving(ABC):
     def chunk_object(self) -> str: ...
 
     async def start(self, wire: Any, headers: RoutingHeaders) -> Call:
+        timeout = self.limits.request_timeout_s
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            return await self._start(wire, headers, deadline)
+        except Interrupted as e:
+            raise e.error(timeout) from None
+
+    async def _start(self, wire: Any, headers: RoutingHeaders, deadline: float | None) -> Call:
         if wire.model != self.model_name:
             raise OpenAIError(404, f"The model '{wire.model}' does not exist; this server "
                                    f"serves '{self.model_name}'", type="not_found_error",
@@ -134,7 +148,9 @@ class Serving(ABC):
                 frequency_penalty=wire.frequency_penalty or 0.0, logprobs=logprobs_k))
         routing = self.dispatcher.decide(override, len(prompt), requested, workload_class,
                                          request_id)
-        stream = await self.dispatcher.open(routing, generation)
+        stream = await self.dispatcher.open(
+            routing, generation, deadline=deadline,
+            first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s))
         if isinstance(stream.first, Failed):
             await stream.aclose()
             raise OpenAIError(503, stream.first.message, type="server_error",
@@ -162,36 +178,64 @@ class Serving(ABC):
         return requested
 
     async def collect(self, call: Call) -> dict[str, Any]:
-        async for event in call.stream.events():
-            if isinstance(event, TextDelta):
-                call.choices[event.index].add(event)
-            elif isinstance(event, Failed):
-                raise OpenAIError(502 if not event.retryable else 503, event.message,
-                                  type="server_error", code="engine_failed")
-            else:
-                return self.json_body(call, event)
+        try:
+            async for event in call.stream.events():
+                if isinstance(event, TextDelta):
+                    call.choices[event.index].add(event)
+                elif isinstance(event, Failed):
+                    raise OpenAIError(502 if not event.retryable else 503, event.message,
+                                      type="server_error", code="engine_failed")
+                else:
+                    return self.json_body(call, event)
+        except Interrupted as e:
+            raise e.error(self.limits.request_timeout_s) from None
         raise OpenAIError(502, "the engine stream ended without finishing", type="server_error")
 
     async def sse(self, call: Call) -> AsyncIterator[str]:
+        """The SSE body: chunks, keep-alive comments while silent, and ``[DONE]`` last,
+        whatever happened (a failure or an interruption is an error event first)."""
         include_usage = bool(call.wire.stream_options and call.wire.stream_options.include_usage)
         extra = {"usage": None} if include_usage else {}
-        async for event in call.stream.events():
-            if isinstance(event, TextDelta):
-                state = call.choices[event.index]
-                state.add(event)
-                for choice in self.chunk_choices(call, state, event):
-                    yield _sse(self._chunk(call, [choice], extra))
-            elif isinstance(event, Failed):
-                for observer in self.stream_error_observers:
-                    observer("server_error", "engine_failed")
-                yield _sse(error_body(event.message, "server_error", code="engine_failed"))
-                break
-            else:
-                if include_usage:
-                    yield _sse(self._chunk(call, [], {
-                        "usage": usage(event.prompt_tokens, event.completion_tokens)}))
-                break
+        stream = call.stream
+        try:
+            while True:
+                try:
+                    event = await stream.next(self.limits.keepalive_s)
+                except StopAsyncIteration:
+                    yield self._stream_error(OpenAIError(
+                        502, "the engine stream ended without finishing", type="server_error",
+                        code="engine_failed"))
+                    break
+                if isinstance(event, Idle):
+                    yield keepalive.COMMENT
+                elif isinstance(event, TextDelta):
+                    state = call.choices[event.index]
+                    state.add(event)
+                    for choice in self.chunk_choices(call, state, event):
+                        yield _sse(self._chunk(call, [choice], extra))
+                elif isinstance(event, Failed):
+                    yield self._stream_error(OpenAIError(503, event.message, type="server_error",
+                                                         code="engine_failed"))
+                    break
+                else:
+                    if include_usage:
+                        yield _sse(self._chunk(call, [], {
+                            "usage": usage(event.prompt_tokens, event.completion_tokens)}))
+                    break
+        except Interrupted as e:
+            yield self._stream_error(e.error(self.limits.request_timeout_s))
+        except EngineError as e:  # refused after the 200 went out (see keepalive.py)
+            yield self._stream_error(OpenAIError(503, f"the engine refused the request: {e}",
+                                                 type="server_error", code="engine_failed"))
+        finally:
+            await stream.aclose()
         yield "data: [DONE]\n\n"
+
+    def _stream_error(self, error: OpenAIError) -> str:
+        """An error inside a 200 stream, which the HTTP error handlers never see."""
+        for observer in self.stream_error_observers:
+            observer(error.type, error.code)
+        return _sse(error.body())
 
     def _chunk(self, call: Call, choices: list[dict[str, Any]],
                extra: dict[str, Any]) -> dict[str, Any]:

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
 
 from engines.spec import DType
+from gateway.keys import check_key, read_key_file
 from policies.adaptive_settings import AdaptiveSettings
 
 AUTO = "auto"
 EMBEDDED_DRAFTER_PREFIX = "embedded:"
 _MODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+OperationalEndpoint = Literal["/health", "/ready", "/metrics"]
+OPERATIONAL_ENDPOINTS: tuple[OperationalEndpoint, ...] = ("/health", "/ready", "/metrics")
+MIB = 1024 * 1024
 
 
 class ModeSettings(BaseModel):
@@ -128,6 +134,27 @@ class Settings(BaseSettings):
                                    description="bound on every policy-store call")
     admin_key: SecretStr | None = Field(None, description="Bearer key for /admin/*; "
                                                           "absent = admin API disabled")
+    # NoDecode: the environment may give a comma-separated list, not only JSON.
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Bearer keys accepted on /v1/*; none here and no "
+                                          "api_keys_file = /v1/* needs no key")
+    api_keys_file: Path | None = Field(None, description="file of API keys, one per line, "
+                                                         "'#' comments; must hold at least one")
+    public_endpoints: Annotated[list[OperationalEndpoint], NoDecode] = Field(
+        default_factory=lambda: list(OPERATIONAL_ENDPOINTS),
+        description="which of /health, /ready, /metrics answer without an API key")
+    max_body_bytes: int = Field(4 * MIB, ge=1024, le=1024 * MIB,
+                                description="largest request body; larger ones get 413")
+    max_in_flight_per_mode: int = Field(256, ge=0, description="admitted, unfinished requests "
+                                        "per mode before 429; 0 = no bound")
+    max_in_flight: int = Field(1024, ge=0, description="admitted, unfinished requests in "
+                                                       "total before 429; 0 = no bound")
+    request_timeout_s: float = Field(600.0, ge=0.0, description="a request's whole life, "
+                                     "arrival to last token; 0 = no limit")
+    sse_keepalive_s: float = Field(15.0, ge=0.0, description="a stream silent this long gets "
+                                   "a ': keep-alive' comment; 0 = never")
+    drain_timeout_s: float = Field(30.0, ge=0.0, description="on shutdown, how long admitted "
+                                   "requests may take to finish before they are ended")
     replica_id: str | None = Field(None, description="this replica's name in the shared "
                                                      "store; absent = host-pid")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -144,6 +171,45 @@ class Settings(BaseSettings):
                 raise ValueError(f"mode name {name!r} must match {_MODE_NAME.pattern} "
                                  f"and not be {AUTO!r}")
         return modes
+
+    @field_validator("api_keys", "public_endpoints", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _key_format(cls, keys: list[SecretStr]) -> list[SecretStr]:
+        for key in keys:  # checked as SecretStr: a failing key never reaches an error message
+            check_key(key.get_secret_value())
+        return keys
+
+    @field_validator("api_keys_file")
+    @classmethod
+    def _key_file_readable(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            read_key_file(path)
+        return path
+
+    @model_validator(mode="after")
+    def _protected_needs_keys(self) -> Settings:
+        protected = sorted(set(OPERATIONAL_ENDPOINTS) - set(self.public_endpoints))
+        if protected and not self.api_keys and self.api_keys_file is None:
+            raise ValueError(f"public_endpoints leaves {', '.join(protected)} protected, but no "
+                             f"api_keys or api_keys_file is configured to protect them with")
+        return self
+
+    def resolved_api_keys(self) -> list[str]:
+        """Every accepted ``/v1/*`` key: ``api_keys`` and the file's; empty = no auth."""
+        keys = [k.get_secret_value() for k in self.api_keys]
+        if self.api_keys_file is not None:
+            keys.extend(read_key_file(self.api_keys_file))
+        return keys
 
     def resolved_dtype(self) -> DType:
         if self.dtype is not None:

@@ -6,18 +6,18 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from gateway.protocol import SamplingFields, WireModel
+from gateway.protocol import Name, SamplingFields, Text, WireModel
 
 
 class TextPart(WireModel):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(WireModel):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
-    name: str | None = Field(None, max_length=256)
+    content: Text | list[TextPart] | None = None
+    name: Name | None = None
 
     @model_validator(mode="after")
     def _content_required(self) -> ChatMessage:

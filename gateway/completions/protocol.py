@@ -6,13 +6,13 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from gateway.protocol import SamplingFields
+from gateway.protocol import SamplingFields, Text
 
 
 class CompletionRequest(SamplingFields):
     # One prompt: a string, or token ids. A list holding one string is accepted
     # because SDKs often wrap a single prompt that way.
-    prompt: str | list[str] | list[int] = Field(union_mode="left_to_right")
+    prompt: Text | list[Text] | list[int] = Field(union_mode="left_to_right")
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool | None = False

@@ -33,6 +33,7 @@ EXPECTED = [
     "specgate_acceptance_rate", "specgate_mean_accepted_length", "specgate_spec_drafts_total",
     "specgate_spec_draft_tokens_total", "specgate_spec_accepted_tokens_total",
     "specgate_policy_store_up", "specgate_policy_store_outages_total",
+    "specgate_admitted_requests", "specgate_admission_limit", "specgate_draining",
 ]
 
 

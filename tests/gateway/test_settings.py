@@ -21,6 +21,25 @@ def test_defaults_are_the_embedded_cpu_set() -> None:
         "prompt_lookup_min": 2}
 
 
+def test_hardening_defaults() -> None:
+    s = Settings()
+    assert (s.api_keys, s.api_keys_file, s.resolved_api_keys()) == ([], None, [])
+    assert s.public_endpoints == ["/health", "/ready", "/metrics"]
+    assert s.max_body_bytes == 4 * 1024 * 1024
+    assert (s.max_in_flight_per_mode, s.max_in_flight) == (256, 1024)
+    assert (s.request_timeout_s, s.sse_keepalive_s, s.drain_timeout_s) == (600, 15, 30)
+
+
+def test_hardening_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in [("MAX_BODY_BYTES", "2048"), ("MAX_IN_FLIGHT_PER_MODE", "4"),
+                        ("MAX_IN_FLIGHT", "0"), ("REQUEST_TIMEOUT_S", "30"),
+                        ("SSE_KEEPALIVE_S", "0"), ("DRAIN_TIMEOUT_S", "5")]:
+        monkeypatch.setenv(f"SPECGATE_{name}", value)
+    s = Settings()
+    assert (s.max_body_bytes, s.max_in_flight_per_mode, s.max_in_flight) == (2048, 4, 0)
+    assert (s.request_timeout_s, s.sse_keepalive_s, s.drain_timeout_s) == (30, 0, 5)
+
+
 def test_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "specgate.yaml"
     config.write_text("port: 9001\nhost: 0.0.0.0\nmodes:\n  standard: {}\n"
@@ -56,6 +75,10 @@ def test_config_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     {"policy": {"name": "magic"}},
     {"policy": {"unknown_knob": 1}},
     {"not_a_setting": 1},
+    {"max_body_bytes": 10},
+    {"max_in_flight": -1},
+    {"request_timeout_s": -1},
+    {"api_keys": ["short"]},
 ])
 def test_refuses_bad_values(bad: dict) -> None:
     with pytest.raises(ValidationError):

@@ -1,0 +1,126 @@
+"""Overload rejection: a bound on admitted, unfinished requests, per mode and in total.
+
+Past an engine's batch, more requests only wait in its queue, each holding a
+connection and its prompt while the caller learns nothing until it times out,
+and every request behind them waits longer. Refusing at the door with 429 and
+``Retry-After`` lets the caller back off (the ``openai`` SDK retries 429 after
+``Retry-After``) or a load balancer try another replica; and since the
+dispatcher shows a full mode to the policy as unavailable, auto traffic moves
+to a mode that has room before anything is refused. The counts are this
+replica's own: exact, immediate, and the same for in-process and remote
+engines.
+
+Admission also holds the list of live requests, so that a shutdown drain can
+wait for them and then interrupt the rest, and it stops admitting while the
+gateway shuts down.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Literal
+
+from gateway.errors import OpenAIError
+
+RETRY_AFTER_S = "1"
+
+# Why the gateway stopped a request before it finished.
+Reason = Literal["timeout", "shutdown"]
+
+
+def queue_full(limit: int) -> OpenAIError:
+    return OpenAIError(429, f"The server is at capacity ({limit} requests in flight). Please "
+                            f"retry after a short wait.", type="rate_limit_error",
+                       code="queue_full", headers={"Retry-After": RETRY_AFTER_S})
+
+
+def mode_queue_full(mode: str, limit: int) -> OpenAIError:
+    return OpenAIError(429, f"Mode {mode!r} is at capacity ({limit} requests in flight). "
+                            f"Retry after a short wait, or use x-spec-mode: auto.",
+                       type="rate_limit_error", param="x-spec-mode", code="mode_queue_full",
+                       headers={"Retry-After": RETRY_AFTER_S})
+
+
+def shutting_down() -> OpenAIError:
+    return OpenAIError(503, "The server is shutting down and accepts no new requests; retry "
+                            "(another replica will answer).", type="server_error",
+                       code="shutting_down", headers={"Retry-After": RETRY_AFTER_S})
+
+
+class Ticket:
+    """One admitted request; holds its slot until released (idempotent)."""
+
+    __slots__ = ("_admission", "_released", "mode", "on_interrupt")
+
+    def __init__(self, admission: Admission, mode: str) -> None:
+        self._admission = admission
+        self._released = False
+        self.mode = mode
+        # Set by whoever drives the request: how to stop it.
+        self.on_interrupt: Callable[[Reason], None] | None = None
+
+    def interrupt(self, reason: Reason) -> None:
+        if self.on_interrupt is not None and not self._released:
+            self.on_interrupt(reason)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._admission._release(self)
+
+
+class Admission:
+    """``per_mode`` / ``total``: the most admitted, unfinished requests; 0 = no bound."""
+
+    def __init__(self, per_mode: int = 0, total: int = 0) -> None:
+        self.per_mode = per_mode
+        self.total_limit = total
+        self.closed = False
+        self._by_mode: Counter[str] = Counter()
+        self._live: set[Ticket] = set()
+
+    @property
+    def total(self) -> int:
+        return len(self._live)
+
+    def in_flight(self, mode: str) -> int:
+        return self._by_mode[mode]
+
+    def has_room(self, mode: str) -> bool:
+        return not self.per_mode or self._by_mode[mode] < self.per_mode
+
+    def check_open(self) -> None:
+        """Raise the 503 or 429 that a new request gets before any mode is chosen."""
+        if self.closed:
+            raise shutting_down()
+        if self.total_limit and self.total >= self.total_limit:
+            raise queue_full(self.total_limit)
+
+    def check_mode(self, mode: str) -> None:
+        if not self.has_room(mode):
+            raise mode_queue_full(mode, self.per_mode)
+
+    def admit(self, mode: str) -> Ticket:
+        """Take a slot. Call right after the checks, with no ``await`` in between:
+        on one event loop nothing else can take the slot meanwhile."""
+        self.check_open()
+        self.check_mode(mode)
+        ticket = Ticket(self, mode)
+        self._live.add(ticket)
+        self._by_mode[mode] += 1
+        return ticket
+
+    def close(self) -> None:
+        """Admit nothing more (shutdown); requests already admitted carry on."""
+        self.closed = True
+
+    def interrupt_all(self, reason: Reason) -> int:
+        live = list(self._live)
+        for ticket in live:
+            ticket.interrupt(reason)
+        return len(live)
+
+    def _release(self, ticket: Ticket) -> None:
+        self._live.discard(ticket)
+        self._by_mode[ticket.mode] -= 1
