@@ -55,6 +55,12 @@ def test_compose_wires_gateway_redis_prometheus_grafana() -> None:
     assert scrape[0]["static_configs"][0]["targets"] == [f"gateway:{port}"]
     assert "./prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
     assert "--config.file=/etc/prometheus/prometheus.yml" in services["prometheus"]["command"]
+    # /v1 needs a key: the compose secret lands where the config reads its API keys.
+    compose = load_yaml(COMPOSE)
+    (secret,) = gateway["secrets"]
+    assert secret["target"] == load_yaml(DEPLOY / "specgate.gpu.yaml")["api_keys_file"]
+    assert compose["secrets"][secret["source"]]["file"] == "./api-keys"
+    assert "api-keys" in (DEPLOY / ".gitignore").read_text().splitlines()
     # The config's redis_url names the compose service.
     assert load_yaml(DEPLOY / "specgate.gpu.yaml")["redis_url"].startswith("redis://redis:6379/")
 

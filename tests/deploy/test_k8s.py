@@ -97,6 +97,13 @@ def test_config_comes_from_the_configmap_and_keys_from_the_secret() -> None:
     claim = volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]["claimName"]
     assert ("PersistentVolumeClaim", claim) in objects()
 
+    # The API keys file the config names is the Secret's api-keys entry, mounted there.
+    keys_file = Path(load_yaml(DEPLOY / "specgate.gpu.yaml")["api_keys_file"])
+    keys_volume = volumes[mounts[str(keys_file.parent)]["name"]]["secret"]
+    assert keys_volume["secretName"] == key_ref["name"]
+    assert {"key": "api-keys", "path": keys_file.name} in keys_volume["items"]
+    assert "api-keys" in secret["stringData"]
+
 
 def test_services_select_their_pods() -> None:
     found = objects()
@@ -129,10 +136,16 @@ def test_servicemonitor_scrapes_the_gateway_service() -> None:
     assert service["metadata"]["name"] == "specgate"
 
 
-def test_production_config_is_valid_settings() -> None:
-    settings = Settings(config=DEPLOY / "specgate.gpu.yaml")
+def test_production_config_is_valid_settings(tmp_path: Path) -> None:
+    # The keys file exists only where the Secret is mounted; here, a stand-in.
+    keys = tmp_path / "api-keys"
+    keys.write_text("# callers\n" + "k" * 32 + "\n")
+    assert load_yaml(DEPLOY / "specgate.gpu.yaml")["api_keys_file"]
+    settings = Settings(config=DEPLOY / "specgate.gpu.yaml",
+                        api_keys_file=keys)  # type: ignore[call-arg]
     modes = settings.resolved_modes()
     assert set(modes) == {"standard", "eagle3", "dflash"}
     assert modes["eagle3"].method == "eagle3" and modes["dflash"].method == "dflash"
     assert settings.model == "/models/Llama-3.1-8B-Instruct"
     assert settings.admin_key is None  # keys come from the environment, not the file
+    assert settings.api_keys_file is not None   # /v1 is protected in production
