@@ -45,6 +45,9 @@ TEXT_PROMPTS = (
     "Once upon a time, in a small village by the river,",
 )
 MAX_TOKENS = (8, 32, 96)
+# What the gateway process may grow by over a run: buffers and caches settle in
+# the first minutes; steady growth beyond this would be a leak per request.
+RSS_GROWTH_BOUND_MIB = 64
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,10 @@ def report(tally: Tally, samples: list[tuple[float, float, float]], elapsed: flo
     if tally.examples:
         lines += ["", "Lost (first examples):", ""] + [f"- {e}" for e in tally.examples]
     growth = samples[-1][1] - samples[0][1] if samples else float("nan")
+    verdict = "within" if growth <= RSS_GROWTH_BOUND_MIB else "OVER"
+    lines += ["", f"Gateway memory growth {growth:+.0f} MiB: {verdict} the stated bound of "
+                  f"{RSS_GROWTH_BOUND_MIB} MiB over the run (its own process: the engine "
+                  "processes hold vLLM's caches and are bounded by their KV-cache setting)."]
     lines += ["", f"soak_requests={total} lost={tally.outcomes['lost']} "
                   f"clear_errors={tally.outcomes['clear_error']} p50_s={p50:.2f} p99_s={p99:.2f} "
                   f"rss_growth_mib={growth:.0f}"]
