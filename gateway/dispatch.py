@@ -13,6 +13,7 @@ import logging
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -141,6 +142,9 @@ class Dispatcher:
         self.mode_info = mode_info or {}
         self.clock = clock
         self.rng = rng or random.Random()
+        # Open engine requests per (mode, workload class): the mix each device group
+        # serves, which the policy prices modes on.
+        self._in_flight: Counter[tuple[str, str]] = Counter()
 
     def valid_header_values(self) -> list[str]:
         return [AUTO, *sorted(self.engines)]
@@ -173,6 +177,13 @@ class Dispatcher:
     def loads(self) -> dict[str, ModeLoad]:
         return {name: self._load(name, engine) for name, engine in self.engines.items()}
 
+    def in_flight(self) -> dict[str, dict[str, int]]:
+        """Open engine requests, mode -> workload class -> count (forced ones too)."""
+        counts: dict[str, dict[str, int]] = {}
+        for (mode, cls), n in self._in_flight.items():
+            counts.setdefault(mode, {})[cls] = n
+        return counts
+
     def decide(self, override: str | None, prompt_tokens: int, max_tokens: int | None,
                requested_class: str | None, request_id: str = "") -> Routing:
         """Choose a mode; ``open`` must follow with no ``await`` in between, so that the
@@ -192,11 +203,14 @@ class Dispatcher:
         now = self.clock()
         state = self.state
         cls = state.workload_class(requested_class)
+        in_flight = self.in_flight()
         inputs = DecisionInput(
             modes=offered, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
             override=override, workload_class=cls, acceptance=state.acceptance_for(cls, now),
             expected_output_tokens=state.expected_output(cls, now),
-            previous_mode=state.previous_mode(cls), explore_draw=self.rng.random())
+            previous_mode=state.previous_mode(cls), explore_draw=self.rng.random(),
+            in_flight=in_flight, last_won=state.last_won(), classes=state.learned_classes(
+                now, {cls, *(c for by_class in in_flight.values() for c in by_class)}))
         try:
             decision = self.policy.decide(inputs)
         except NoModeAvailable as e:
@@ -222,10 +236,15 @@ class Dispatcher:
         """
         mode = routing.decision.mode
         ticket = self.admission.admit(mode)
-        try:
-            pump = EventPump(self.engines[mode].generate(request), deadline, ticket.release)
-        except BaseException:
+        leave = self._enter(mode, routing.workload_class)
+
+        def done() -> None:
             ticket.release()
+            leave()
+        try:
+            pump = EventPump(self.engines[mode].generate(request), deadline, done)
+        except BaseException:
+            done()
             raise
         ticket.on_interrupt = pump.interrupt
         stream = OpenStream(routing, pump, ticket, self._completed)
@@ -240,6 +259,22 @@ class Dispatcher:
         if not isinstance(first, Idle):
             stream.first = first
         return stream
+
+    def _enter(self, mode: str, cls: str) -> Callable[[], None]:
+        """Count a request in flight until the returned call (idempotent): the engine
+        iterator's end, however it ended."""
+        key = (mode, cls)
+        self._in_flight[key] += 1
+        left = False
+
+        def leave() -> None:
+            nonlocal left
+            if not left:
+                left = True
+                self._in_flight[key] -= 1
+                if self._in_flight[key] <= 0:
+                    del self._in_flight[key]
+        return leave
 
     def _completed(self, done: Completed) -> None:
         for observer in self.observers:

@@ -1,12 +1,15 @@
 """The adaptive policy: pick the mode with the lowest expected cost (see ``cost.py``),
-with priors at cold start, bounded exploration and hysteresis."""
+with conservative priors at cold start, bounded exploration and hysteresis."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import (
+    ClassLearned,
     Decision,
     DecisionInput,
     ModeLoad,
@@ -14,7 +17,24 @@ from policies.base import (
     Policy,
     override_decision,
 )
-from policies.cost import ModeCost, estimate, plain_scale
+from policies.cost import (
+    ClassShare,
+    ModeCost,
+    estimate,
+    estimate_mix,
+    plain_scale,
+    rounds,
+    tokens_per_step,
+)
+
+
+@dataclass(slots=True)
+class _Group:
+    """One device group as a decision sees it."""
+
+    batch: int                                     # its engines' batches + this request
+    flight: list[tuple[ModeLoad, str, int]]        # (engine, workload class, requests)
+    shares: list[ClassShare] = field(default_factory=list)
 
 
 class AdaptivePolicy(Policy):
@@ -33,20 +53,21 @@ class AdaptivePolicy(Policy):
             raise NoModeAvailable("no enabled engine is up")
         output = self._expected_output(inputs)
         scale = plain_scale(inputs.modes, s)
-        costs = sorted((estimate(load, inputs.modes, inputs.prompt_tokens, output,
-                                 inputs.acceptance.get(load.mode), s, scale)
-                        for load in candidates),
-                       # On a tie, plain decoding: same cost, less machinery.
-                       key=lambda c: (c.total_s, inputs.modes[c.mode].method is not None,
-                                      c.mode))
-        scores = MappingProxyType({c.mode: round(c.total_s, 6) for c in costs})
-        best = costs[0]
+        marginal = self._ranked(inputs, (
+            estimate(load, inputs.modes, inputs.prompt_tokens, output,
+                     inputs.acceptance.get(load.mode), s, scale) for load in candidates))
+        groups = self._groups(inputs, output)
+        costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, scale)
+                                      for load in candidates)) if s.consolidate else marginal
 
-        explored = self._explore(inputs, costs)
+        explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale)
         if explored is not None:
-            return Decision(explored.mode, f"explore:{explored.mode}", scores)
+            return Decision(explored, f"explore:{explored}", _scores(marginal))
 
-        previous = next((c for c in costs if c.mode == inputs.previous_mode), None)
+        scores = _scores(costs)
+        best = costs[0]
+        held = self._incumbent(inputs, best.mode)
+        previous = next((c for c in costs if c.mode == held), None)
         if previous is not None and previous is not best and \
                 previous.total_s <= best.total_s * (1.0 + s.hysteresis):
             behind = previous.total_s / best.total_s - 1.0 if best.total_s > 0 else 0.0
@@ -68,21 +89,165 @@ class AdaptivePolicy(Policy):
             return inputs.expected_output_tokens
         return float(self.settings.default_output_tokens)
 
-    def _explore(self, inputs: DecisionInput, costs: list[ModeCost]) -> ModeCost | None:
-        """With probability ``exploration_share``, serve the least-measured mode whose
-        cost is within bounds, so rarely chosen modes keep fresh estimates."""
+    @staticmethod
+    def _ranked(inputs: DecisionInput, costs: Iterable[ModeCost]) -> list[ModeCost]:
+        # On a tie, plain decoding: same cost, less machinery.
+        return sorted(costs, key=lambda c: (c.total_s, inputs.modes[c.mode].method is not None,
+                                            c.mode))
+
+    def _groups(self, inputs: DecisionInput, output: float) -> dict[str, _Group]:
+        """Each device group's batch (this request included) and the mix of classes it
+        would serve: this request first, then the classes in flight there."""
         s = self.settings
-        if len(costs) < 2 or inputs.explore_draw >= s.exploration_share:
+        groups: dict[str, _Group] = {}
+        for load in inputs.modes.values():
+            group = groups.get(load.gpu_group)
+            if group is None:
+                group = groups[load.gpu_group] = _Group(1, [])
+            # A full engine is shown as down but its batch still runs on the device.
+            group.batch += load.batch_size
+            if s.group_mix:
+                group.flight.extend((load, cls, n) for cls, n in
+                                    inputs.in_flight.get(load.mode, {}).items() if n > 0)
+        own = ClassShare(1.0, output, inputs.acceptance)
+        for group in groups.values():
+            group.shares = [own, *self._mix(inputs, group.flight)]
+        return groups
+
+    def _mix(self, inputs: DecisionInput, flight: list[tuple[ModeLoad, str, int]]
+             ) -> list[ClassShare]:
+        """The classes in flight, weighted by how often each arrives rather than by how
+        many are in flight: a class with long answers, or slow where it runs, is over-
+        represented in flight. In a steady state each class finishes (and, in a closed
+        loop, arrives) at ``n / rounds`` per round on the mode it runs on. Weights are
+        scaled to sum to the requests in flight, this request counting as one."""
+        if not flight:
+            return []
+        s = self.settings
+        learned: dict[str, ClassLearned] = {}
+        rates: dict[str, float] = {}
+        total = 0
+        for load, cls, n in flight:
+            known = learned.get(cls)
+            if known is None:
+                known = learned[cls] = self._learned(inputs, cls)
+            length = known.expected_output_tokens
+            assert length is not None
+            tau = tokens_per_step(load, known.acceptance.get(load.mode), s)
+            rate = n / max(rounds(length, tau), 1.0)
+            rates[cls] = rates.get(cls, 0.0) + rate
+            total += n
+        norm = total / sum(rates.values())
+        weights = {cls: rate * norm for cls, rate in rates.items()}
+        recent = sum(c.requests for c in inputs.classes.values())
+        if s.mix_prior_requests > 0 and recent > 0:
+            for cls, known in inputs.classes.items():
+                if known.requests > 0:
+                    weights[cls] = weights.get(cls, 0.0) + \
+                        s.mix_prior_requests * known.requests / recent
+                    if cls not in learned:
+                        learned[cls] = self._learned(inputs, cls)
+        return [ClassShare(w, learned[cls].expected_output_tokens or 0.0,
+                           learned[cls].acceptance) for cls, w in sorted(weights.items())]
+
+    def _learned(self, inputs: DecisionInput, cls: str) -> ClassLearned:
+        """What is known about a class in flight, its expected length always set."""
+        known = inputs.classes.get(cls)
+        if known is None and cls == inputs.workload_class:
+            known = ClassLearned(inputs.acceptance, inputs.expected_output_tokens)
+        if known is None:
+            known = ClassLearned()
+        if known.expected_output_tokens is None:
+            known = ClassLearned(known.acceptance, float(self.settings.default_output_tokens))
+        return known
+
+    def _consolidated(self, inputs: DecisionInput, load: ModeLoad,
+                      groups: Mapping[str, _Group], scale: float,
+                      optimistic: bool = False) -> ModeCost:
+        """``load``'s cost as if its device group's whole batch (plus this request)
+        ran on it, serving the mix of classes in flight there: the state traffic
+        converges to once new requests follow.
+
+        The marginal costs count a split of the device as permanent, so once one
+        engine holds the batch every other looks worse, whatever it would do with
+        the batch (the first winner locks in; or two engines each look cheaper to
+        join than the other and the device stays split). Pricing each class on its
+        own splits the device too: math on DFlash, chat on plain, and every round
+        costs both steps. Exploration keeps using the marginal costs: they are the
+        true price of one request elsewhere."""
+        group = groups[load.gpu_group]
+        return estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
+                            self.settings, scale, optimistic)
+
+    def _incumbent(self, inputs: DecisionInput, best: str) -> str | None:
+        """What hysteresis holds. While the best mode's device group is busy, the
+        group's latest winner: the group moves as one, and a switch, once made, is
+        kept (holding whichever engine still holds the most would send the next
+        requests back, and the device stays split). While it is idle there is no
+        batch to split, and each class keeps its own last winner."""
+        previous = inputs.previous_mode
+        if not self.settings.group_mix:
+            return previous
+        group = inputs.modes[best].gpu_group
+        members = [m for m in inputs.modes.values() if m.gpu_group == group]
+        if not any(m.batch_size > 0 for m in members):
+            return previous
+        won = [(inputs.last_won[m.mode], m.mode) for m in members if m.mode in inputs.last_won]
+        return max(won)[1] if won else previous
+
+    def _explore(self, inputs: DecisionInput, candidates: list[ModeLoad],
+                 marginal: list[ModeCost], costs: list[ModeCost],
+                 groups: Mapping[str, _Group], output: float, scale: float) -> str | None:
+        """Serve a mode other than the best, so that every mode keeps a fresh estimate.
+
+        First measurement: with the boosted share, a speculative mode with little
+        evidence on this class, whose engine is idle (one such request in flight
+        is enough to learn from), and which would be within bounds of the best if
+        its full prior held for the whole batch. Then, with ``exploration_share``,
+        the least-measured mode whose marginal cost is within bounds. Only idle
+        engines are explored: one request measures a mode, and joining an engine
+        that is busy only with earlier explorations looks cheap at the margin (its
+        step is already paid) while it keeps the device split for everyone."""
+        s = self.settings
+        if len(marginal) < 2:
             return None
-        best = costs[0]
-        eligible = [c for c in costs[1:]
+        draw = inputs.explore_draw
+        if draw < min(1.0, s.exploration_share * s.unmeasured_exploration_boost):
+            limit = costs[0].total_s * s.exploration_max_cost_ratio
+            unmeasured = [
+                load for load in candidates
+                if load.method is not None and load.batch_size == 0
+                and load.mode != costs[0].mode
+                and self._evidence(inputs, load.mode) < s.prior_draft_steps]
+            for load in sorted(unmeasured, key=lambda m: (self._evidence(inputs, m.mode),
+                                                          m.mode)):
+                view = self._consolidated(inputs, load, groups, scale, optimistic=True) \
+                    if s.consolidate else estimate(
+                        load, inputs.modes, inputs.prompt_tokens, output,
+                        inputs.acceptance.get(load.mode), s, scale, optimistic=True)
+                if view.total_s <= limit:
+                    return load.mode
+        if draw >= s.exploration_share:
+            return None
+        best = marginal[0]
+        eligible = [c for c in marginal[1:]
                     if inputs.modes[c.mode].method is not None
+                    and inputs.modes[c.mode].batch_size == 0
                     and c.total_s <= best.total_s * s.exploration_max_cost_ratio]
         if not eligible:
             return None
 
-        def evidence(c: ModeCost) -> float:
+        def requests(c: ModeCost) -> float:
             learned = inputs.acceptance.get(c.mode)
             return learned.requests if learned is not None else 0.0
 
-        return min(eligible, key=lambda c: (evidence(c), c.total_s))
+        return min(eligible, key=lambda c: (requests(c), c.total_s)).mode
+
+    @staticmethod
+    def _evidence(inputs: DecisionInput, mode: str) -> float:
+        learned = inputs.acceptance.get(mode)
+        return learned.drafts if learned is not None else 0.0
+
+
+def _scores(costs: list[ModeCost]) -> Mapping[str, float]:
+    return MappingProxyType({c.mode: round(c.total_s, 6) for c in costs})

@@ -47,20 +47,53 @@ class AdaptiveSettings(BaseModel):
                               "unless another mode is cheaper by more than this fraction")
     externality_weight: float = Field(1.0, ge=0.0, le=10.0, description="weight of the delay "
                                       "a request adds to the others sharing its device")
+    unmeasured_exploration_boost: float = Field(
+        15.0, ge=1.0, le=100.0, description="exploration_share is multiplied by this (at "
+        "most 1) while a speculative mode has less than prior_draft_steps of evidence on the "
+        "request's class and its engine is idle, so that each mode is measured early; "
+        "exploration_share 0 still turns all exploration off")
+    consolidate: bool = Field(True, description="compare modes as if each took its "
+                              "device's whole batch (where traffic converges once new requests "
+                              "follow) instead of the marginal cost of one more request, which "
+                              "locks in the first winner or keeps a device split")
+    group_mix: bool = Field(True, description="with consolidate: price each mode on the "
+                            "mix of workload classes in flight in its device group (this "
+                            "request included), so that the group converges on the one mode "
+                            "that serves the whole mix best; false: on this request's class "
+                            "alone, which splits a shared device between classes")
+    mix_prior_requests: float = Field(
+        8.0, ge=0.0, le=10_000.0, description="with group_mix: weight, in requests, of the "
+        "recent mix of finished requests (every class, decayed with acceptance_half_life_s) "
+        "in a busy group's mix; the few requests in flight at low concurrency say little "
+        "about what comes next")
+    cold_start_discount: float = Field(
+        0.5, ge=0.0, le=1.0, description="before a (mode, class) has evidence, the prior's "
+        "gain (mean_accepted_length - 1) is scaled by 1 - this when choosing where traffic "
+        "goes; exploration uses the full prior")
     acceptance_half_life_s: float = Field(300.0, gt=0.0, le=86_400.0)
     prior_draft_steps: float = Field(20.0, ge=0.0, le=1_000_000.0, description="how many "
                                      "measured verification steps the prior is worth")
     default_output_tokens: int = Field(256, ge=1, le=1_000_000, description="expected output "
                                        "length before a class has finished requests")
-    # Prior step-time model, t(b) = fixed_s + per_token_s * tokens in the step;
+    # Prior step-time model, t(b) = fixed_s + per_seq_s * b
+    # + per_token_s * max(tokens in the step - knee_tokens, 0);
     # replaced by each engine's measured profile once it has one.
     step_fixed_s: float = Field(0.008, gt=0.0, le=10.0)
     step_per_token_s: float = Field(0.0002, ge=0.0, le=1.0)
+    # Per running sequence whatever it verifies (KV reads, bookkeeping): what makes
+    # plain decoding slow down with batch even while the step is memory-bound.
+    step_per_seq_s: float = Field(0.0, ge=0.0, le=1.0)
+    step_knee_tokens: float = Field(
+        0.0, ge=0.0, le=1_000_000.0, description="tokens per step below which a step is "
+        "bound by reading the weights (weights / memory bandwidth over compute per token): "
+        "step_per_token_s counts only the tokens beyond it; 0 counts every token")
     prefill_per_token_s: float = Field(0.00005, ge=0.0, le=1.0)
     priors: dict[str, MethodPrior] = Field(default_factory=_default_priors)
 
     def prior_for(self, method: str | None) -> MethodPrior | None:
         if method is None:
             return None
-        return self.priors.get(method, MethodPrior(mean_accepted_length=1.5,
-                                                   draft_overhead=0.5))
+        known = self.priors.get(method)
+        if known is not None:     # on the request path: build the fallback only when needed
+            return known
+        return MethodPrior(mean_accepted_length=1.5, draft_overhead=0.5)

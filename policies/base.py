@@ -47,6 +47,16 @@ class LearnedAcceptance:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassLearned:
+    """What the shared store has learned about one workload class."""
+
+    acceptance: Mapping[str, LearnedAcceptance] = field(
+        default_factory=lambda: MappingProxyType({}))   # mode -> acceptance on this class
+    expected_output_tokens: float | None = None          # decayed mean completion length
+    requests: float = 0.0                # decayed count of finished requests: the recent mix
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionInput:
     modes: Mapping[str, ModeLoad]
     prompt_tokens: int
@@ -61,7 +71,17 @@ class DecisionInput:
         default_factory=lambda: MappingProxyType({}))   # mode -> this class's acceptance
     expected_output_tokens: float | None = None          # learned mean for this class
     previous_mode: str | None = None                     # last auto winner for this class
+    # When each mode last won an auto decision, any class (larger is later): while a
+    # device group is busy, hysteresis holds its latest winner.
+    last_won: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     explore_draw: float = 1.0                            # uniform [0, 1), drawn by the caller
+    # The mix each device group serves: requests in flight on this replica, forced
+    # ones included (mode -> workload class -> count), and what is learned about
+    # those classes (class -> ClassLearned). Empty: decide on this request's class alone.
+    in_flight: Mapping[str, Mapping[str, int]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    classes: Mapping[str, ClassLearned] = field(
+        default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

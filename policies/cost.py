@@ -14,13 +14,20 @@ The model, in the terms of the serving loop:
   engine adds its whole step. That delay hits every request in the group for
   as long as ours lives: the *externality*. This is what makes speculation
   lose at high batch and what charges traffic splitting across engines on one
-  GPU for the batching it gives up.
+  GPU for the batching it gives up;
+* the consolidated view instead prices a mode as if the group's whole batch ran
+  on it (``estimate_mix``), serving the mix of classes in flight there (or this
+  request's class alone): the state traffic converges to once every new request
+  follows the decision. No externality: in that steady state everyone's rounds
+  are ``t(b)``, and charging what one more request adds would favour flat step
+  curves over fast ones.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.adaptive_settings import AdaptiveSettings
@@ -37,13 +44,21 @@ class ModeCost:
 
 
 def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
-                    settings: AdaptiveSettings) -> float:
-    """Prior blended with measurements, weighted by how much evidence there is."""
+                    settings: AdaptiveSettings, optimistic: bool = False) -> float:
+    """Prior blended with measurements, weighted by how much evidence there is.
+
+    The prior is the method's, discounted by ``cold_start_discount`` unless
+    ``optimistic``: deciding where a batch goes on an unmeasured guess is
+    costly when the guess is high (a drafter that accepts little on this class
+    slows every request it holds), while exploring on the full prior is how the
+    guess gets measured at all."""
     prior = settings.prior_for(load.method)
     if prior is None:
         return 1.0
     cap = 1.0 + max(load.num_speculative_tokens, 1)
     prior_tau = min(prior.mean_accepted_length, cap)
+    if not optimistic:
+        prior_tau = 1.0 + (prior_tau - 1.0) * (1.0 - settings.cold_start_discount)
     if learned is not None and learned.drafts > 0:
         w = learned.drafts / (learned.drafts + settings.prior_draft_steps)
         return max(1.0, w * learned.mean_accepted_length + (1 - w) * prior_tau)
@@ -54,34 +69,59 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
 
 def step_time(load: ModeLoad, batch: int, settings: AdaptiveSettings,
               plain_scale: float) -> float:
-    """Seconds for one step of ``load``'s engine at ``batch`` (0 when idle)."""
+    """Seconds for one step of ``load``'s engine at ``batch`` (0 when idle).
+
+    Measured where the profile covers ``batch`` (interpolated). Outside it, the
+    prior's shape scaled to the nearest measured point: the prior knows that a
+    step verifying ``K + 1`` tokens per sequence grows faster with batch than a
+    plain one, which a slope taken from a few low batches cannot know (a wide
+    tree measured at batch 1 would otherwise look cheap at batch 128)."""
     if batch <= 0:
         return 0.0
-    measured = _interpolate(load.step_profile, batch)
-    if measured is not None:
-        return measured
+    prior = _prior_step(load, batch, settings, plain_scale)
+    points = _points(load.step_profile)
+    if not points:
+        return prior
+    (b0, s0), (b1, s1) = points[0], points[-1]
+    if batch < b0:
+        return min(s0, s0 * prior / _prior_step(load, b0, settings, plain_scale))
+    if batch > b1:
+        shaped = s1 * prior / _prior_step(load, b1, settings, plain_scale)
+        if len(points) == 1:
+            return shaped
+        return max(shaped, s1 + _slope(list(points[-3:])) * (batch - b1))
+    for (ba, sa), (bb, sb) in itertools.pairwise(points):
+        if ba <= batch <= bb:
+            return sa + (sb - sa) * (batch - ba) / (bb - ba)
+    return s1
+
+
+@functools.lru_cache(maxsize=256)
+def _points(profile: tuple[tuple[int, float, int], ...]) -> tuple[tuple[float, float], ...]:
+    # Called for every mode several times per decision, with a profile that changes
+    # only a few times a second.
+    return tuple(sorted((float(b), s) for b, s, n in profile if n > 0))
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope (never negative): two neighbouring buckets alone are
+    noisy enough to double an extrapolation."""
+    mb = sum(b for b, _ in points) / len(points)
+    ms = sum(s for _, s in points) / len(points)
+    var = sum((b - mb) ** 2 for b, _ in points)
+    return max(sum((b - mb) * (s - ms) for b, s in points) / var, 0.0) if var > 0 else 0.0
+
+
+def _prior_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
+                plain_scale: float) -> float:
     k = load.num_speculative_tokens if load.method is not None else 0
     prior = settings.prior_for(load.method)
     overhead = prior.draft_overhead if prior is not None else 0.0
     fixed = settings.step_fixed_s * (1.0 + overhead)
-    return plain_scale * (fixed + settings.step_per_token_s * batch * (k + 1))
-
-
-def _interpolate(profile: tuple[tuple[int, float, int], ...], batch: int) -> float | None:
-    points = sorted((b, s) for b, s, n in profile if n > 0)
-    if not points:
-        return None
-    if len(points) == 1:
-        b0, s0 = points[0]
-        return s0 if batch <= b0 else s0 * (1.0 + 0.02 * (batch - b0))  # gentle growth
-    for (b0, s0), (b1, s1) in itertools.pairwise(points):
-        if batch <= b1:
-            if batch <= b0:
-                return s0
-            return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
-    (b0, s0), (b1, s1) = points[-2], points[-1]
-    slope = max((s1 - s0) / (b1 - b0), 0.0)
-    return s1 + slope * (batch - b1)
+    # Below the knee a step is bound by reading the weights: verified tokens are free.
+    tokens = max(batch * (k + 1) - settings.step_knee_tokens, 0.0)
+    return plain_scale * (fixed + settings.step_per_seq_s * batch
+                          + settings.step_per_token_s * tokens)
 
 
 def plain_scale(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> float:
@@ -93,28 +133,72 @@ def plain_scale(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> fl
     for load in modes.values():
         if load.method is None and load.step_profile:
             b, s, _ = min(load.step_profile, key=lambda p: p[0])
-            prior = settings.step_fixed_s + settings.step_per_token_s * b
+            prior = _prior_step(load, b, settings, 1.0)
             return s / prior if prior > 0 else 1.0
     return 1.0
 
 
 def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: int,
              output_tokens: float, learned: LearnedAcceptance | None,
-             settings: AdaptiveSettings, scale: float) -> ModeCost:
-    tau = tokens_per_step(candidate, learned, settings)
+             settings: AdaptiveSettings, scale: float, optimistic: bool = False) -> ModeCost:
+    """The marginal cost: this request joins ``candidate`` beside the others as they are."""
+    tau = tokens_per_step(candidate, learned, settings, optimistic)
     group = [m for m in modes.values() if m.gpu_group == candidate.gpu_group and m.up]
     others = sum(step_time(m, m.batch_size, settings, scale)
                  for m in group if m.mode != candidate.mode)
     before = step_time(candidate, candidate.batch_size, settings, scale)
     after = step_time(candidate, candidate.batch_size + 1, settings, scale)
-    round_s = others + after
-    prior = settings.prior_for(candidate.method)
-    prefill = prompt_tokens * settings.prefill_per_token_s * scale * (
-        1.0 + (prior.prefill_overhead if prior is not None else 0.0))
+    n = rounds(output_tokens, tau)
+    own = _prefill(candidate, prompt_tokens, settings, scale) + n * (others + after)
+    waiting_requests = sum(m.batch_size for m in group)
+    delay = settings.externality_weight * waiting_requests * (after - before) * n
+    return ModeCost(candidate.mode, own + delay, own, delay, tau)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassShare:
+    """One workload class's part of a device group's mix."""
+
+    weight: float                        # requests of the class (this one counts on its own)
+    output_tokens: float                 # expected completion length
+    learned: Mapping[str, LearnedAcceptance]   # mode -> acceptance on the class
+
+
+def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassShare],
+                 prompt_tokens: int, settings: AdaptiveSettings, scale: float,
+                 optimistic: bool = False) -> ModeCost:
+    """The mean cost of a request of the group's mix (``shares``, this request's first)
+    if the whole group (``group_batch``, this request included) ran on ``candidate``.
+
+    Engines sharing a device time-slice it, so serving each class on the mode best
+    for it alone keeps several engines busy and every round costs the sum of their
+    steps; what one device should run is the mode that serves the mix best. With a
+    single share it is this request's own cost. ``optimistic`` applies to the first
+    share (this request's class) only."""
+    step = step_time(candidate, group_batch, settings, scale)
+    total = weight = 0.0
+    tau = 1.0
+    for i, share in enumerate(shares):
+        t = tokens_per_step(candidate, share.learned.get(candidate.mode), settings,
+                            optimistic and i == 0)
+        if i == 0:
+            tau = t
+        total += share.weight * rounds(share.output_tokens, t)
+        weight += share.weight
+    own = _prefill(candidate, prompt_tokens, settings, scale) + \
+        (step * total / weight if weight > 0 else 0.0)
+    return ModeCost(candidate.mode, own, own, 0.0, tau)
+
+
+def rounds(output_tokens: float, tau: float) -> float:
+    """Rounds (steps of the engine) a request of ``output_tokens`` needs at ``tau``."""
     # The first token comes from prefill; any further token needs a whole step,
     # however many tokens that step could have accepted.
-    rounds = max((output_tokens - 1.0) / tau, 1.0) if output_tokens > 1.0 else 0.0
-    own = prefill + rounds * round_s
-    waiting_requests = sum(m.batch_size for m in group)
-    externality = settings.externality_weight * waiting_requests * (after - before) * rounds
-    return ModeCost(candidate.mode, own + externality, own, externality, tau)
+    return max((output_tokens - 1.0) / tau, 1.0) if output_tokens > 1.0 else 0.0
+
+
+def _prefill(candidate: ModeLoad, prompt_tokens: int, settings: AdaptiveSettings,
+             scale: float) -> float:
+    prior = settings.prior_for(candidate.method)
+    return prompt_tokens * settings.prefill_per_token_s * scale * (
+        1.0 + (prior.prefill_overhead if prior is not None else 0.0))

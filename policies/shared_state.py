@@ -15,14 +15,14 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from policies.adaptive_settings import AdaptiveSettings
-from policies.base import DEFAULT_WORKLOAD_CLASS, LearnedAcceptance
+from policies.base import DEFAULT_WORKLOAD_CLASS, ClassLearned, LearnedAcceptance
 from policies.store.base import (
     AcceptanceSums,
     OutputLengthSums,
@@ -68,6 +68,8 @@ class SharedPolicyState:
         self._inflight = _Buffers()
         self._decisions: deque[dict[str, str]] = deque(maxlen=max_buffered_decisions)
         self._previous: dict[str, str] = {}
+        self._last_won: dict[str, float] = {}
+        self._wins = 0
         self._classes: set[str] = {DEFAULT_WORKLOAD_CLASS}
         self._settings_listeners: list[Callable[[AdaptiveSettings], None]] = []
 
@@ -107,6 +109,36 @@ class SharedPolicyState:
                 total = total.plus(source[workload_class], now, half_life)
         return total.mean
 
+    def learned_classes(self, now: float, also: Iterable[str] = ()) -> dict[str, ClassLearned]:
+        """``acceptance_for`` and ``expected_output`` of every class with finished
+        requests, and of ``also``, in one pass over the state: the mix of classes
+        recently served and of those in flight, for ``DecisionInput.classes``."""
+        half_life = self.settings.acceptance_half_life_s
+        sums: dict[str, dict[str, AcceptanceSums]] = {}
+        lengths: dict[str, OutputLengthSums] = {}
+        for source, out_source in ((self._remote.acceptance, self._remote.output_length),
+                                   (self._inflight.acceptance, self._inflight.output_length),
+                                   (self._pending.acceptance, self._pending.output_length)):
+            for (mode, cls), s in source.items():
+                by_mode = sums.setdefault(cls, {})
+                by_mode[mode] = by_mode[mode].plus(s, now, half_life) if mode in by_mode \
+                    else s.decayed(now, half_life)
+            for cls, out in out_source.items():
+                have = lengths.get(cls)
+                lengths[cls] = out.decayed(now, half_life) if have is None else \
+                    have.plus(out, now, half_life)
+        result = {}
+        for cls in {*lengths, *also}:
+            acceptance = {}
+            for mode, a in sums.get(cls, {}).items():
+                length, rate = a.mean_accepted_length, a.acceptance_rate
+                if length is not None and rate is not None:
+                    acceptance[mode] = LearnedAcceptance(length, rate, a.requests, a.drafts)
+            finished = lengths.get(cls)
+            result[cls] = ClassLearned(acceptance, finished.mean if finished else None,
+                                       finished.requests if finished else 0.0)
+        return result
+
     def known_classes(self) -> list[str]:
         return sorted({cls for (_, cls) in self._remote.acceptance} | self._classes)
 
@@ -115,6 +147,12 @@ class SharedPolicyState:
 
     def remember(self, workload_class: str, mode: str) -> None:
         self._previous[workload_class] = mode
+        self._wins += 1
+        self._last_won[mode] = self._wins
+
+    def last_won(self) -> dict[str, float]:
+        """When each mode last won an auto decision, as a sequence number."""
+        return dict(self._last_won)
 
     def observe(self, mode: str, workload_class: str, drafts: int, draft_tokens: int,
                 accepted: int, completion_tokens: int, now: float) -> None:

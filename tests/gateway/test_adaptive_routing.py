@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 
+from engines.request import GenerationRequest, SamplingOptions
+from gateway.dispatch import Dispatcher
 from gateway.settings import Settings
-from tests.conftest import MODEL, FakeGateway, fake_engines, serve
+from policies.adaptive import AdaptivePolicy
+from policies.adaptive_settings import AdaptiveSettings
+from policies.base import Decision, DecisionInput
+from policies.shared_state import SharedPolicyState
+from policies.store.memory import MemoryStore
+from tests.conftest import FAKE_MODE_INFO, MODEL, FakeGateway, fake_engines, serve
 
 
 @pytest.fixture
@@ -57,3 +65,39 @@ async def test_bad_workload_class_is_400(adaptive: FakeGateway) -> None:
     r = await adaptive.client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "metadata.workload_class"
+
+
+class RecordingPolicy(AdaptivePolicy):
+    def __init__(self) -> None:
+        super().__init__(AdaptiveSettings(exploration_share=0.0))
+        self.seen: list[DecisionInput] = []
+
+    def decide(self, inputs: DecisionInput) -> Decision:
+        self.seen.append(inputs)
+        return super().decide(inputs)
+
+
+async def test_the_policy_sees_the_requests_in_flight_by_mode_and_class() -> None:
+    """The policy prices each mode on the mix its device serves: the dispatcher counts
+    its open engine requests per (mode, class), forced ones too, until each one ends."""
+    engines = fake_engines(token_delay_s=0.02)      # streams stay open a while
+    for engine in engines.values():
+        await engine.start()
+    policy = RecordingPolicy()
+    state = SharedPolicyState(MemoryStore(), "r")
+    dispatcher = Dispatcher(engines, policy, state, FAKE_MODE_INFO)
+    request = GenerationRequest("a", (1, 2, 3), SamplingOptions(max_tokens=5))
+    code = await dispatcher.open(dispatcher.decide("dflash", 3, 5, "code"), request)
+    assert dispatcher.in_flight() == {"dflash": {"code": 1}}
+    chat = await dispatcher.open(dispatcher.decide(None, 3, 5, "chat"),
+                                 replace(request, request_id="b"))
+    seen = policy.seen[-1]
+    assert seen.in_flight == {"dflash": {"code": 1}}
+    assert {"code", "chat"} <= set(seen.classes)
+    assert seen.last_won == {}                       # no auto decision before this one
+    assert state.last_won().keys() == {chat.routing.decision.mode}
+    async for _ in code.events():                    # finished: no longer in flight
+        pass
+    assert dispatcher.in_flight() == {chat.routing.decision.mode: {"chat": 1}}
+    await chat.aclose()                              # left early: aborted, not in flight
+    assert dispatcher.in_flight() == {}

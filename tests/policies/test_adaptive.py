@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
 
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
-from policies.base import DecisionInput, LearnedAcceptance, ModeLoad, NoModeAvailable
+from policies.base import (
+    ClassLearned,
+    DecisionInput,
+    LearnedAcceptance,
+    ModeLoad,
+    NoModeAvailable,
+)
 
 K = {"standard": 0, "ngram": 4, "eagle3": 3, "dflash": 4}
 METHOD = {"standard": None, "ngram": "ngram", "eagle3": "eagle3", "dflash": "dflash"}
@@ -27,7 +34,7 @@ def learned(tau: float, requests: float = 100.0) -> LearnedAcceptance:
 
 
 def case(max_tokens: int | None = 400, modes: dict[str, ModeLoad] | None = None,
-         acceptance: dict[str, LearnedAcceptance] | None = None,
+         acceptance: Mapping[str, LearnedAcceptance] | None = None,
          **kw: object) -> DecisionInput:
     all_modes = {m: load(m) for m in K}
     all_modes.update(modes or {})
@@ -38,6 +45,7 @@ def case(max_tokens: int | None = 400, modes: dict[str, ModeLoad] | None = None,
 SEPARATE = {m: load(m, group=m) for m in K}          # one device per engine
 HIGH_TAU = {"dflash": learned(5.0), "eagle3": learned(3.5), "ngram": learned(1.2)}
 LOW_TAU = {"dflash": learned(1.0), "eagle3": learned(1.05), "ngram": learned(1.0)}
+MID_TAU = {"dflash": learned(2.0), "eagle3": learned(1.05), "ngram": learned(1.0)}
 
 TABLE = [
     # cold start: priors only; idle engines, long output -> the strongest prior
@@ -50,22 +58,30 @@ TABLE = [
     ("low acceptance", case(acceptance=LOW_TAU), "standard", "cost:standard"),
     ("eagle3 best when dflash accepts nothing",
      case(acceptance={**HIGH_TAU, "dflash": learned(1.0)}), "eagle3", "cost:eagle3"),
-    # speculation loses at high batch: the plain engine is busy, spec engines idle
-    ("high batch, shared device", case(modes={"standard": load("standard", batch=64)},
-                                       acceptance=HIGH_TAU), "standard", "cost:standard"),
+    # speculation loses at high batch: the plain engine is busy, spec engines idle;
+    # the same acceptance wins when the device is nearly idle
+    ("high batch, shared device", case(modes={"standard": load("standard", batch=127)},
+                                       acceptance=MID_TAU), "standard", "cost:standard"),
+    ("same acceptance, low batch", case(modes={"standard": load("standard", batch=1)},
+                                        acceptance=MID_TAU), "dflash", "cost:dflash"),
+    # consolidated view: a batch held by plain decoding moves to a drafter that
+    # serves the whole batch better (marginal costs would keep it on plain)
+    ("busy plain engine, strong drafter", case(modes={"standard": load("standard", batch=64)},
+                                               acceptance=HIGH_TAU), "dflash", "cost:dflash"),
     ("high batch on the spec engine itself",
      case(modes={**SEPARATE, "dflash": load("dflash", batch=128, group="dflash"),
                  "eagle3": load("eagle3", batch=128, group="eagle3")},
           acceptance={**HIGH_TAU, "ngram": learned(1.0)}), "standard", "cost:standard"),
-    # shared GPU: joining the busy plain engine beats opening a second batch
-    # beside it, though the same drafter wins on a device of its own
-    ("batching loss on a shared device",
+    # shared GPU: the batch plain decoding holds would run slower on the drafter
+    # as a whole, so the request joins it, though the same drafter wins on a
+    # device of its own
+    ("batching on a shared device",
      case(modes={"standard": load("standard", batch=12)},
-          acceptance={"dflash": learned(2.2), "eagle3": learned(1.0), "ngram": learned(1.0)}),
+          acceptance={"dflash": learned(2.0), "eagle3": learned(1.0), "ngram": learned(1.0)}),
      "standard", "cost:standard"),
     ("same traffic, separate devices",
      case(modes={**SEPARATE, "standard": load("standard", batch=12, group="standard")},
-          acceptance={"dflash": learned(2.2), "eagle3": learned(1.0), "ngram": learned(1.0)}),
+          acceptance={"dflash": learned(2.0), "eagle3": learned(1.0), "ngram": learned(1.0)}),
      "dflash", "cost:dflash"),
     # measured step times replace the prior: a slow drafter loses
     ("measured slow drafter",
@@ -141,3 +157,168 @@ def test_priors_fade_as_measurements_arrive() -> None:
                             "ngram": learned(1.0, 500)})
     assert policy.decide(few).mode != "standard"
     assert policy.decide(many).mode == "standard"
+
+
+def test_cold_start_discount_keeps_a_big_batch_off_an_unmeasured_drafter() -> None:
+    """Unmeasured, a drafter's prior decides where a whole batch goes: discounted,
+    plain decoding keeps it; at face value the batch would move to the drafter."""
+    busy = case(modes={"standard": load("standard", batch=20)},
+                acceptance={"eagle3": learned(1.0), "ngram": learned(1.0)})
+    assert AdaptivePolicy().decide(busy).mode == "standard"
+    trusting = AdaptivePolicy(AdaptiveSettings(cold_start_discount=0.0))
+    assert trusting.decide(busy).mode == "dflash"
+    # Evidence replaces the discounted prior: measured well, the drafter wins.
+    measured = replace(busy, acceptance={**busy.acceptance, "dflash": learned(5.0)})
+    assert AdaptivePolicy().decide(measured).mode == "dflash"
+
+
+def test_unmeasured_idle_modes_are_explored_first_and_at_a_boosted_share() -> None:
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.03,
+                                             unmeasured_exploration_boost=10.0))
+    base = case(acceptance={"dflash": learned(5.0), "ngram": learned(1.2)})  # eagle3 unmeasured
+    # 0.03 <= draw < 0.3: only an unmeasured mode is explored.
+    explored = policy.decide(replace(base, explore_draw=0.2))
+    assert (explored.mode, explored.reason) == ("eagle3", "explore:eagle3")
+    assert policy.decide(replace(base, explore_draw=0.31)).reason.startswith("cost:dflash")
+    # One request in flight measures it: a busy engine is not explored again.
+    busy = replace(base, modes={**base.modes, "eagle3": load("eagle3", batch=1)},
+                   explore_draw=0.2)
+    assert policy.decide(busy).mode == "dflash"
+    # Measured, it is back to the ordinary share.
+    known = replace(base, acceptance={**base.acceptance, "eagle3": learned(3.0)},
+                    explore_draw=0.2)
+    assert policy.decide(known).mode == "dflash"
+    # exploration_share 0 turns exploration off, boost or not.
+    off = AdaptivePolicy(AdaptiveSettings(exploration_share=0.0))
+    assert off.decide(replace(base, explore_draw=0.0)).reason.startswith("cost:")
+
+
+def test_exploration_never_joins_a_busy_engine() -> None:
+    """Joining an engine kept busy only by earlier explorations looks cheap at the
+    margin, but it keeps the device split for everyone."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.5))
+    inputs = case(modes={"eagle3": load("eagle3", batch=2)}, explore_draw=0.0,
+                  acceptance={"dflash": learned(5.0), "eagle3": learned(3.0, requests=0.5),
+                              "ngram": learned(1.2, requests=50)})
+    assert policy.decide(inputs).mode != "eagle3"
+
+
+def test_measured_profile_is_extrapolated_along_the_prior_shape() -> None:
+    """A wide tree measured at batch 1 only must not look cheap at batch 64: beyond
+    its measurements the prior's growth (tokens verified per sequence) applies."""
+    from policies.cost import step_time
+    settings = AdaptiveSettings(step_knee_tokens=100.0)
+    wide = replace(load("eagle3", profile=((1, 0.01, 50),)), num_speculative_tokens=59)
+    assert step_time(wide, 1, settings, 1.0) == pytest.approx(0.01)
+    assert step_time(wide, 64, settings, 1.0) > 5 * step_time(wide, 1, settings, 1.0)
+    # Below the knee the prior is flat in tokens: batch 1 of a 10-token step costs
+    # no more than plain decoding's token term.
+    flat = load("standard")
+    assert step_time(flat, 2, settings, 1.0) == pytest.approx(
+        settings.step_fixed_s, rel=1e-9)
+    # Between measured points: interpolation.
+    two = load("standard", profile=((1, 0.01, 5), (4, 0.02, 5)))
+    assert step_time(two, 2, settings, 1.0) == pytest.approx(0.01 + 0.01 / 3)
+
+
+# --- the device group's mix ---------------------------------------------------------
+
+def math_and_chat() -> dict[str, ClassLearned]:
+    """Math accepts well on the drafters; chat accepts nothing (tokens per step 1.0)."""
+    return {"math": ClassLearned({"dflash": learned(5.0), "eagle3": learned(3.5),
+                                  "ngram": learned(1.0)}, 300.0, 50.0),
+            "chat": ClassLearned({"dflash": learned(1.0), "eagle3": learned(1.0),
+                                  "ngram": learned(1.0)}, 300.0, 50.0)}
+
+
+def test_a_request_joins_the_mode_that_serves_its_groups_mix_best() -> None:
+    """30 chat requests on plain decoding: a math request priced on its class alone goes
+    to DFlash (and splits the device); priced on the group's mix, where DFlash would serve
+    the 30 chat requests with a slower step and no gain, it stays with plain decoding."""
+    classes = math_and_chat()
+    inputs = case(modes={"standard": load("standard", batch=30)}, max_tokens=None,
+                  acceptance=classes["math"].acceptance, workload_class="math",
+                  expected_output_tokens=300.0, in_flight={"standard": {"chat": 30}},
+                  classes=classes)
+    assert AdaptivePolicy().decide(inputs).mode == "standard"
+    alone = AdaptivePolicy(AdaptiveSettings(group_mix=False))
+    assert alone.decide(inputs).mode == "dflash"
+
+
+def test_a_mix_that_drafts_well_takes_a_low_acceptance_request_along() -> None:
+    classes = math_and_chat()
+    inputs = case(modes={"dflash": load("dflash", batch=30)}, max_tokens=None,
+                  acceptance=classes["chat"].acceptance, workload_class="chat",
+                  expected_output_tokens=300.0, in_flight={"dflash": {"math": 30}},
+                  classes=classes)
+    decision = AdaptivePolicy().decide(inputs)
+    assert decision.mode == "dflash"
+    assert decision.reason.startswith("cost:dflash +")
+    assert AdaptivePolicy(AdaptiveSettings(group_mix=False)).decide(inputs).mode == "standard"
+
+
+def test_only_the_requests_own_device_group_counts() -> None:
+    """The chat batch runs on another device: the math request's group is idle."""
+    classes = math_and_chat()
+    modes = {**SEPARATE, "standard": load("standard", batch=30, group="standard")}
+    inputs = case(modes=modes, max_tokens=None, acceptance=classes["math"].acceptance,
+                  workload_class="math", expected_output_tokens=300.0,
+                  in_flight={"standard": {"chat": 30}}, classes=classes)
+    assert AdaptivePolicy().decide(inputs).mode == "dflash"
+
+
+def test_without_requests_in_flight_the_mix_is_the_request_alone() -> None:
+    """An idle device has no batch to split: the recent mix of finished requests (the
+    prior that steadies a busy group's mix) is not used, and decisions are per class."""
+    classes = math_and_chat()
+    policy, alone = AdaptivePolicy(), AdaptivePolicy(AdaptiveSettings(group_mix=False))
+    for name, inputs, _, _ in TABLE:
+        with_classes = replace(inputs, classes=classes)
+        assert policy.decide(with_classes) == alone.decide(inputs), name
+
+
+def test_the_recent_mix_steadies_a_small_busy_group() -> None:
+    """One chat request in flight and a math request arriving: the two alone say DFlash
+    (math gains a lot); the recent mix (mostly chat) says the next arrivals are chat,
+    which gain nothing on a drafter: plain decoding. A weight of 0 ignores the mix."""
+    classes = math_and_chat()
+    classes["chat"] = replace(classes["chat"], requests=500.0)
+    inputs = case(modes={"standard": load("standard", batch=1)}, max_tokens=None,
+                  acceptance=classes["math"].acceptance, workload_class="math",
+                  expected_output_tokens=300.0, in_flight={"standard": {"chat": 1}},
+                  classes=classes)
+    assert AdaptivePolicy().decide(inputs).mode == "standard"
+    assert AdaptivePolicy(AdaptiveSettings(mix_prior_requests=0.0)).decide(
+        inputs).mode == "dflash"
+
+
+def test_classes_in_flight_are_weighted_by_arrivals_not_by_count() -> None:
+    """Long answers stay in flight longer: 20 code requests of 2,000 tokens in flight
+    arrive as often as 4 chat requests of 400; counted as they are in flight, code
+    would weigh 20/24 of the mix instead of 1/2."""
+    from policies.cost import ClassShare
+    classes = {"code": ClassLearned({}, 2001.0), "chat": ClassLearned({}, 401.0)}
+    inputs = case(modes={"standard": load("standard", batch=24)}, max_tokens=None,
+                  in_flight={"standard": {"code": 20, "chat": 4}}, classes=classes)
+    policy = AdaptivePolicy(AdaptiveSettings(mix_prior_requests=0.0))
+    shares: list[ClassShare] = policy._groups(inputs, 100.0)["0"].shares
+    weights = {s.output_tokens: s.weight for s in shares[1:]}
+    assert weights[2001.0] == pytest.approx(12.0)
+    assert weights[401.0] == pytest.approx(12.0)
+
+
+def test_a_busy_group_holds_its_latest_winner_an_idle_one_the_classs() -> None:
+    """Once a group switched, the next requests follow it, whatever their class last
+    got (holding per class would split the device between old and new winner)."""
+    close = {"dflash": learned(4.0), "eagle3": learned(3.8), "ngram": learned(1.0)}
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2))
+    busy = case(modes={"eagle3": load("eagle3", batch=10), "dflash": load("dflash", batch=5)},
+                acceptance=close, previous_mode="dflash",
+                last_won={"dflash": 1.0, "eagle3": 2.0}, in_flight={"eagle3": {"x": 10}})
+    held = policy.decide(busy)
+    assert (held.mode, held.reason.split()[0]) == ("eagle3", "hold:eagle3")
+    idle = replace(busy, modes={m: load(m) for m in K}, in_flight={})
+    assert policy.decide(idle).mode == "dflash"
+    # Deciding per class: the class's last winner is held, busy or not.
+    per_class = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2, group_mix=False))
+    assert per_class.decide(busy).mode == "dflash"

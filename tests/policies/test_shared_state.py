@@ -206,3 +206,36 @@ async def test_a_store_that_lost_its_data_is_reseeded_once() -> None:
     assert state.settings is not None and state.settings["hysteresis"] == 0.3
     assert b.settings.hysteresis == 0.3
     assert b.acceptance_for("copy", clock())["ngram"].requests == pytest.approx(1.0)
+
+
+async def test_learned_classes_match_the_per_class_reads_in_one_pass() -> None:
+    """``DecisionInput.classes``: every class with finished requests (the recent mix),
+    plus the ones asked for, with what ``acceptance_for``/``expected_output`` say."""
+    clock = Clock()
+    state = SharedPolicyState(MemoryStore(clock=clock), "r1", clock=clock)
+    observe(state, "dflash", "math", 30, clock)
+    assert await state.sync_once()                  # one in the store, one still local
+    observe(state, "eagle3", "math", 20, clock)
+    observe(state, "standard", "chat", 0, clock)
+    observe(state, "standard", "chat", 0, clock)
+    classes = state.learned_classes(clock(), {"new"})
+    assert set(classes) == {"math", "chat", "new"}
+    for cls in ("math", "chat"):
+        assert classes[cls].acceptance == state.acceptance_for(cls, clock())
+        assert classes[cls].expected_output_tokens == state.expected_output(cls, clock())
+    assert set(classes["math"].acceptance) == {"dflash", "eagle3"}
+    assert classes["math"].requests == pytest.approx(2.0)
+    assert classes["chat"].requests == pytest.approx(2.0)
+    assert classes["new"].expected_output_tokens is None and classes["new"].requests == 0.0
+
+
+async def test_last_won_orders_the_modes_by_their_latest_auto_win() -> None:
+    state = SharedPolicyState(MemoryStore(), "r")
+    assert state.last_won() == {}
+    state.remember("math", "dflash")
+    state.remember("chat", "standard")
+    state.remember("math", "dflash")
+    won = state.last_won()
+    assert max(won, key=won.__getitem__) == "dflash"
+    assert won["standard"] < won["dflash"]
+    assert state.previous_mode("chat") == "standard"

@@ -1,0 +1,175 @@
+"""Every number the simulator assumes, in one place, with where it comes from.
+
+Three kinds of values live here:
+
+* **hardware facts** (memory sizes, bandwidth): from data sheets;
+* **fitted step-time coefficients**: produced by ``python -m sim calibrate --fit``
+  against the published GSM8K table in ``/work/shared/design/ARCHITECTURE.md``
+  (Llama-3.1-8B-Instruct, SGLang, one B200) and pasted here; nothing else is
+  tuned per cell of that table;
+* **acceptance and workload shapes**: derived from the published figures in
+  the same document; each derivation is written next to the value.
+
+Units: seconds, tokens, GiB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """One B200 serving Llama-3.1-8B-Instruct in bf16 (the published setting)."""
+
+    name: str = "B200 / Llama-3.1-8B-Instruct bf16"
+    memory_gib: float = 180.0              # B200 HBM3e usable (data sheet: 192 GB)
+    gpu_memory_utilization: float = 0.90   # vLLM's default share of the device
+    weights_gib: float = 14.96             # 8.03e9 params x 2 bytes
+    activation_reserve_gib: float = 2.0    # CUDA graphs, activations, sampler (assumed)
+    # Llama-3.1-8B: 32 layers x 8 KV heads x 128 dims x (K, V) x 2 bytes.
+    kv_bytes_per_token: int = 32 * 8 * 128 * 2 * 2
+    max_num_seqs: int = 256                # vLLM's default scheduler cap per engine
+
+
+@dataclass(frozen=True, slots=True)
+class StepCoefficients:
+    """t_target(seqs, N) = fixed + per_seq*seqs + max(weight_read, compute*N) + spec_per_seq*seqs
+
+    ``N`` counts every token the target runs in the step: one per plain
+    sequence, the verified tokens of each speculative sequence, and prefill
+    tokens. ``weight_read_s`` is not fitted: 16.06 GB of weights over the
+    B200's 8 TB/s. The other values are the least-squares fit (log speedups
+    and log plain tokens/s) printed by ``python -m sim calibrate --fit``.
+    """
+
+    fixed_s: float = 1.9305e-3             # launch, scheduling, sampling (fitted)
+    weight_read_s: float = 2.0e-3          # memory-bound floor: weights / HBM bandwidth
+    compute_per_token_s: float = 1.4158e-5 # compute-bound slope, ~1 PFLOP/s effective (fitted)
+    per_seq_s: float = 7.628e-5            # per running sequence: KV reads, bookkeeping (fitted)
+    spec_per_seq_s: float = 1.2764e-4     # speculative bookkeeping per sequence (fitted)
+    prefill_drafter_share: float = 0.10    # drafter prefill, as a share of the target's
+    engine_switch_s: float = 5.0e-5        # time-slicing two processes (assumed, not fitted)
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterCost:
+    """One draft pass: ``pass_s + per_token_s * tokens in the pass`` (fitted)."""
+
+    pass_s: float
+    per_token_s: float
+    weights_gib: float                     # memory the drafter takes from the KV cache
+    kv_share: float                        # drafter KV per token, as a share of the target's
+
+
+def _drafters() -> Mapping[str, DrafterCost]:
+    return MappingProxyType({
+        # One decoder layer + 32k-vocabulary head; 7 sequential passes per step.
+        "eagle3": DrafterCost(pass_s=6.6605e-4, per_token_s=1.497e-6, weights_gib=0.8,
+                              kv_share=1 / 32),
+        # A few layers drafting the whole block in one pass (needs target features).
+        "dflash": DrafterCost(pass_s=3.2655e-3, per_token_s=1.3963e-9, weights_gib=2.0,
+                              kv_share=5 / 32),
+    })
+
+
+@dataclass(frozen=True, slots=True)
+class ModeSpec:
+    """One engine configuration, as the gateway would configure it.
+
+    ``depth``: sequential draft passes (EAGLE-3 ``num_steps``; DFlash 1) and the
+    most draft tokens one step can accept. ``width``: tokens per sequence in
+    each draft pass (EAGLE-3 ``topk``; DFlash the block). ``verify``: tokens
+    per sequence the target verifies (EAGLE-3 ``num_draft_tokens``; DFlash
+    the block; chains ``K + 1``). ``family`` keys the acceptance table.
+    """
+
+    name: str
+    method: str | None = None
+    depth: int = 0
+    width: int = 1
+    verify: int = 1
+    family: str = ""
+    chain: bool = False                    # K may change per step (vLLM's per-batch table)
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """What the policy is told: tokens a step verifies beyond the bonus token."""
+        return self.verify - 1
+
+
+PLAIN = ModeSpec("standard")
+EAGLE3_10 = ModeSpec("eagle3", "eagle3", depth=7, width=10, verify=10, family="eagle3_10")
+EAGLE3_60 = ModeSpec("eagle3_wide", "eagle3", depth=7, width=10, verify=60, family="eagle3_60")
+DFLASH_10 = ModeSpec("dflash", "dflash", depth=9, width=10, verify=10, family="dflash_10")
+# vLLM engines with ``num_speculative_tokens_per_batch_size``: chain drafting whose
+# K comes from a table by batch size (K = 0 steps are plain steps).
+EAGLE3_CHAIN = ModeSpec("eagle3_dynk", "eagle3", depth=7, width=1, verify=8,
+                        family="eagle3_10", chain=True)
+DFLASH_CHAIN = ModeSpec("dflash_dynk", "dflash", depth=9, width=10, verify=10,
+                        family="dflash_10", chain=True)
+
+STATIC_MODES: tuple[ModeSpec, ...] = (PLAIN, EAGLE3_10, EAGLE3_60, DFLASH_10)
+# SpecGate on one GPU: every static mode as an engine with an equal memory share.
+AUTO_MODES: tuple[ModeSpec, ...] = STATIC_MODES
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadClass:
+    """Lengths are lognormal (mean, sd in tokens), clipped to [lo, hi]."""
+
+    name: str
+    prompt_mean: float
+    prompt_sd: float
+    output_mean: float
+    output_sd: float
+    output_lo: int
+    output_hi: int
+    # Mean accepted length (bonus token included) per acceptance family.
+    tau: Mapping[str, float]
+    # Whether the client sends max_tokens (its value: output_hi); else left open.
+    sends_max_tokens: bool = False
+
+
+# Published GSM8K mean accepted lengths (ARCHITECTURE.md table, last column).
+HIGH_TAU: Mapping[str, float] = MappingProxyType(
+    {"eagle3_10": 3.49, "eagle3_60": 4.55, "dflash_10": 4.32})
+# Open chat, scaled from the same table by published speedup ratios (at batch 1
+# the speedup is proportional to tau): DFlash on Qwen3-8B gives 2.75x on
+# MT-Bench vs 6.08x on MATH-500 (x 0.452); EAGLE-3 spans 1.76x-2.02x across the
+# same benchmarks, taken as chat at the bottom, math at the top (x 0.871).
+LOW_TAU: Mapping[str, float] = MappingProxyType(
+    {"eagle3_10": round(3.49 * 1.76 / 2.02, 2), "eagle3_60": round(4.55 * 1.76 / 2.02, 2),
+     "dflash_10": round(4.32 * 2.75 / 6.08, 2)})
+
+# GSM8K: ~150-token chat-templated question; Llama-3.1-8B-Instruct answers with a
+# ~220-token chain of thought (assumed from typical CoT lengths; not published).
+MATH = WorkloadClass("math", 150, 40, 220, 80, 32, 512, HIGH_TAU)
+CHAT = WorkloadClass("chat", 400, 200, 350, 200, 16, 2048, LOW_TAU)
+# Code shares the high-acceptance figures (DFlash and EAGLE-3 report code close
+# to math); long outputs.
+CODE = WorkloadClass("code", 300, 100, 900, 300, 64, 2048, HIGH_TAU)
+# Short answers (classification, extraction): chat acceptance, max_tokens sent.
+SHORT = WorkloadClass("short", 300, 100, 10, 5, 1, 16, LOW_TAU, sends_max_tokens=True)
+
+CLASSES: Mapping[str, WorkloadClass] = MappingProxyType(
+    {c.name: c for c in (MATH, CHAT, CODE, SHORT)})
+
+
+@dataclass(frozen=True, slots=True)
+class SimParams:
+    hardware: Hardware = field(default_factory=Hardware)
+    steps: StepCoefficients = field(default_factory=StepCoefficients)
+    drafters: Mapping[str, DrafterCost] = field(default_factory=_drafters)
+
+
+# The published table the step-time model is fitted to (ARCHITECTURE.md).
+PUBLISHED_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32)
+PUBLISHED_PLAIN_TPS: tuple[float, ...] = (249, 923, 1739, 3245, 5349)
+PUBLISHED_SPEEDUP: Mapping[str, tuple[float, ...]] = MappingProxyType({
+    "eagle3": (1.6, 1.5, 1.4, 1.2, 1.0),
+    "eagle3_wide": (1.9, 1.6, 1.3, 0.9, 0.6),
+    "dflash": (2.4, 2.2, 2.1, 1.8, 1.6),
+})

@@ -1,0 +1,220 @@
+"""Run every scenario and write a markdown report with PNG plots.
+
+The last line printed is the summary the issue asks for:
+``calibration_max_err=… auto_vs_oracle_min=… mixed_vs_best_static=… auto_vs_plain_min=…``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.baselines import Setup, auto, best_k_table, dynamic_k, policy_settings, static
+from sim.calibrate import CalibrationRow, compare, max_speedup_error
+from sim.params import DFLASH_CHAIN, EAGLE3_CHAIN, PLAIN, STATIC_MODES, SimParams
+from sim.scenarios import (
+    SWEEP_CONCURRENCY,
+    SWEEP_MIXES,
+    MixedResult,
+    PointResult,
+    oracle,
+    run_mixed,
+    sweep,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    calibration_max_err: float
+    auto_vs_oracle_min: float
+    mixed_vs_best_static: float
+    auto_vs_plain_min: float
+
+    def line(self) -> str:
+        return (f"calibration_max_err={self.calibration_max_err:.3f} "
+                f"auto_vs_oracle_min={self.auto_vs_oracle_min:.3f} "
+                f"mixed_vs_best_static={self.mixed_vs_best_static:.3f} "
+                f"auto_vs_plain_min={self.auto_vs_plain_min:.3f}")
+
+
+def setups(params: SimParams) -> tuple[list[Setup], dict[str, dict[int, int]]]:
+    tables = {m.name: best_k_table(m, params, SWEEP_CONCURRENCY)
+              for m in (EAGLE3_CHAIN, DFLASH_CHAIN)}
+    built = [static(m, params) for m in STATIC_MODES]
+    built += [dynamic_k(m, params, tables[m.name]) for m in (EAGLE3_CHAIN, DFLASH_CHAIN)]
+    built.append(auto(params, policy_settings(params)))
+    return built, tables
+
+
+# The issue's targets: auto / oracle at every sweep point, auto / best single
+# static mode on the mixed workload, auto / plain everywhere.
+TARGETS = (("auto_vs_oracle_min", 0.97), ("mixed_vs_best_static", 1.15),
+           ("auto_vs_plain_min", 1.0))
+# Why a target is missed, and what would close it (docs/simulator.md has more).
+MISSED_WHY = {
+    "mixed_vs_best_static": (
+        "auto decides for each device group's mix of classes in flight, so the GPU serves "
+        "one mode at a time, but every change of mode leaves the old engine draining beside "
+        "the new one, and where two or three modes are within a few per cent (c = 64 rising, "
+        "c = 16 falling) the winner flips with the mix and the batch; EAGLE-3's step at "
+        "batch 64 is extrapolated from batch <= 4 and looks cheaper than it is. The "
+        "per-phase oracle, with no transitions, is itself only 1.20x DFlash. What would "
+        "close it: a switch rule that tells a lasting lead from noise (state remembering "
+        "how long the challenger has led, against the drain it costs), step times measured "
+        "at the group's batch, or one engine that picks the method (or K = 0) per step, as "
+        "vLLM's K table does (3,696 tok/s). docs/simulator.md has the numbers."),
+}
+
+
+def targets_md(summary: Summary) -> list[str]:
+    out = ["| target | value | wanted | met |", "|---|---|---|---|"]
+    notes = []
+    for name, wanted in TARGETS:
+        value = float(getattr(summary, name))
+        met = value >= wanted - 5e-4
+        out.append(f"| {name} | {value:.3f} | ≥ {wanted:.2f} | "
+                   f"{'yes' if met else f'no, short by {wanted - value:.3f}'} |")
+        if not met and name in MISSED_WHY:
+            notes.append(f"- `{name}`: {MISSED_WHY[name]}")
+    return [*out, "", *notes] if notes else out
+
+
+def _fmt(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def calibration_md(rows: Sequence[CalibrationRow]) -> list[str]:
+    out = ["| method | c | published | simulated | error |", "|---|---|---|---|---|"]
+    for r in rows:
+        unit = " tok/s" if r.mode == PLAIN.name else "x"
+        digits = 0 if r.mode == PLAIN.name else 2
+        out.append(f"| {r.mode} | {r.concurrency} | {_fmt(r.published, digits)}{unit} | "
+                   f"{_fmt(r.simulated, digits)}{unit} | {r.error:+.1%} |")
+    return out
+
+
+def sweep_md(points: Sequence[PointResult], names: Sequence[str]) -> tuple[list[str], float,
+                                                                           float]:
+    head = "| c | " + " | ".join(names) + " | oracle | auto/oracle | auto/plain |"
+    out = [head, "|" + "---|" * (len(names) + 4)]
+    lat = ["| c | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    worst_oracle, worst_plain = float("inf"), float("inf")
+    for c in sorted({p.concurrency for p in points}):
+        row = {p.setup: p for p in points if p.concurrency == c}
+        best = oracle(points, c)
+        a = row["auto"].tokens_per_s
+        vs_oracle, vs_plain = a / best.tokens_per_s, a / row[PLAIN.name].tokens_per_s
+        worst_oracle, worst_plain = min(worst_oracle, vs_oracle), min(worst_plain, vs_plain)
+        cells = " | ".join(_fmt(row[n].tokens_per_s) for n in names)
+        out.append(f"| {c} | {cells} | {best.setup} {_fmt(best.tokens_per_s)} | "
+                   f"{vs_oracle:.3f} | {vs_plain:.3f} |")
+        lat.append(f"| {c} | " + " | ".join(
+            f"{row[n].p50_s:.2f} / {row[n].p99_s:.2f}" for n in names) + " |")
+    routed = [f"- c={p.concurrency}: " + ", ".join(f"{m} {n}" for m, n in sorted(p.routed.items()))
+              for p in points if p.setup == "auto"]
+    return ([*out, "", "Latency p50 / p99 (s, end to end):", "", *lat, "",
+             "Where `auto` sent requests:", "", *routed], worst_oracle, worst_plain)
+
+
+def plot_sweep(points: Sequence[PointResult], names: Sequence[str], title: str,
+               path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for name in names:
+        mine = sorted((p for p in points if p.setup == name), key=lambda p: p.concurrency)
+        xs = [p.concurrency for p in mine]
+        style = "-" if name == "auto" else "--"
+        width = 2.5 if name == "auto" else 1.2
+        for ax, ys in zip(axes, ([p.tokens_per_s for p in mine], [p.p50_s for p in mine],
+                                 [p.p99_s for p in mine]), strict=True):
+            ax.plot(xs, ys, style, marker="o", linewidth=width, label=name)
+    for ax, label in zip(axes, ("output tokens/s", "p50 latency (s)", "p99 latency (s)"),
+                         strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_mixed(results: Sequence[MixedResult], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for r in results:
+        rates = [t / s if s > 0 else 0.0 for t, s in zip(r.phase_tokens, r.phase_s, strict=True)]
+        ax.plot(range(len(rates)), rates, "-" if r.setup == "auto" else "--", marker="o",
+                linewidth=2.5 if r.setup == "auto" else 1.2, label=r.setup)
+    ax.set_xlabel("phase (concurrency 1 → 128 → 1, mix drifting from math/code to chat)")
+    ax.set_ylabel("output tokens/s in the phase")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def mixed_md(results: Sequence[MixedResult]) -> tuple[list[str], float, float]:
+    out = ["| set-up | tokens/s | makespan (s) | p50 (s) | p99 (s) | routed |",
+           "|---|---|---|---|---|---|"]
+    for r in results:
+        routed = ", ".join(f"{m} {n}" for m, n in sorted(r.routed.items()))
+        out.append(f"| {r.setup} ({r.kind}) | {_fmt(r.tokens_per_s)} | {r.makespan_s:.1f} | "
+                   f"{r.p50_s:.2f} | {r.p99_s:.2f} | {routed} |")
+    statics = [r for r in results if r.kind == "static"]
+    a = next(r for r in results if r.setup == "auto")
+    best = max(statics, key=lambda r: r.tokens_per_s)
+    plain = next(r for r in statics if r.setup == PLAIN.name)
+    # Per-phase oracle: the fastest static mode in each phase (phases as each run saw them).
+    oracle_s = sum(min(r.phase_s[i] for r in statics) for i in range(len(a.phase_s)))
+    tokens = sum(a.phase_tokens)
+    out += ["", f"Best single static mode: **{best.setup}**, {_fmt(best.tokens_per_s)} tok/s; "
+            f"auto / best static = **{a.tokens_per_s / best.tokens_per_s:.3f}**; "
+            f"auto / plain = {a.tokens_per_s / plain.tokens_per_s:.3f}; per-phase oracle "
+            f"(fastest static in each phase, summed) ≈ {_fmt(tokens / oracle_s)} tok/s, "
+            f"auto / that = {a.tokens_per_s * oracle_s / tokens:.3f}."]
+    return out, a.tokens_per_s / best.tokens_per_s, a.tokens_per_s / plain.tokens_per_s
+
+
+def write_report(out: Path, params: SimParams, seed: int = 100, scale: float = 2.0) -> Summary:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = compare(params, scale=2.0)
+    built, tables = setups(params)
+    names = [s.name for s in built]
+    md = ["# SpecGate serving simulator: results", "",
+          f"Generated by `python -m sim report --out {out}` (seed {seed}, scale {scale}). "
+          "Model, equations and sources: docs/simulator.md. Simulated, not measured on a GPU.",
+          "", "## Calibration (GSM8K, Llama-3.1-8B-Instruct, B200)", "",
+          *calibration_md(rows), "",
+          f"Largest speedup error: **{max_speedup_error(rows):.1%}**.", "",
+          "## vLLM per-batch-size draft length (best table found)", ""]
+    for name, table in tables.items():
+        md.append(f"- `{name}`: " + ", ".join(f"batch ≥ {b}: K={k}" for b, k in table.items()))
+    worst_oracle, worst_plain = float("inf"), float("inf")
+    for i, (title, mix) in enumerate(SWEEP_MIXES.items()):
+        points = sweep(built, mix, params, seed, scale=scale)
+        lines, w_o, w_p = sweep_md(points, names)
+        worst_oracle, worst_plain = min(worst_oracle, w_o), min(worst_plain, w_p)
+        png = f"sweep_{i}.png"
+        plot_sweep(points, names, f"Concurrency sweep: {title}", out / png)
+        md += ["", f"## Sweep: {title}", "", "Output tokens/s:", "", *lines, "",
+               f"![{title}]({png})"]
+    mixed = [run_mixed(s, params, seed, scale) for s in built]
+    mixed_table, vs_best, vs_plain = mixed_md(mixed)
+    plot_mixed(mixed, out / "mixed.png")
+    md += ["", "## Mixed, time-varying workload", "", *mixed_table, "", "![mixed](mixed.png)"]
+    summary = Summary(max_speedup_error(rows), worst_oracle, vs_best, min(worst_plain, vs_plain))
+    md += ["", "## Summary", "", "```", summary.line(), "```", "", "## Targets", "",
+           *targets_md(summary), ""]
+    (out / "report.md").write_text("\n".join(md))
+    return summary
