@@ -15,7 +15,7 @@ hits them alike; ``auto`` learns from what every finished request measured,
 forced ones included, just as in production. Every mode serves one request per
 workload first (warm-up, not measured). Throughput is completion tokens per second of wall time.
 
-    .venv/bin/python -m bench.cpu_sweep [--requests-per-client 2] [--max-tokens 48]
+    .venv/bin/python -m bench.cpu_sweep [--requests-per-client 1] [--max-tokens 32] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ async def one(client: openai.AsyncOpenAI, model: str, prompt: str, workload: str
 
 
 def requests_per_client(concurrency: int, per_client: int) -> int:
-    """At least ``per_client`` each, and at least 8 in all: a cell of 1–2 requests
-    would measure one prompt's length more than the mode's speed."""
-    return max(per_client, -(-8 // concurrency))
+    """At least ``per_client`` each, and at least 4 in all per round (8 over the
+    default two rounds): a cell of 1–2 requests would measure one prompt's length
+    more than the mode's speed."""
+    return max(per_client, -(-4 // concurrency))
 
 
 async def warm_up(client: openai.AsyncOpenAI, model: str, max_tokens: int) -> None:
@@ -223,7 +224,7 @@ def plot(cells: list[Cell], out: Path) -> list[Path]:
     return paths
 
 
-def run(out: Path, per_client: int = 2, max_tokens: int = 48,
+def run(out: Path, per_client: int = 1, max_tokens: int = 32,
         concurrency: tuple[int, ...] = CONCURRENCY, url: str | None = None,
         rounds: int = 2) -> list[Cell]:
     out.mkdir(parents=True, exist_ok=True)
@@ -241,8 +242,8 @@ def run(out: Path, per_client: int = 2, max_tokens: int = 48,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests-per-client", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--requests-per-client", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--url", help="a running gateway (else one is started here)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/cpu"))
