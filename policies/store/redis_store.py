@@ -82,7 +82,19 @@ class RedisStore(PolicyStore):
             async with asyncio.timeout(self.timeout_s * 4):
                 return await op()
         except (RedisError, OSError, TimeoutError) as e:
+            await self._drop_connections()
             raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
+
+    async def _drop_connections(self) -> None:
+        """A command cut off mid-reply (a timeout, a cancellation, a server that went
+        away) can leave its pooled connection holding an unread answer, which the
+        next command would read as its own and time out on, again and again. After
+        any failure, every connection goes; the next call opens fresh ones."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._redis.connection_pool.disconnect(inuse_connections=True)
+        except (RedisError, OSError, TimeoutError):
+            pass
 
     async def add_acceptance(self, mode: str, workload_class: str, sums: AcceptanceSums,
                              now: float, half_life_s: float) -> None:

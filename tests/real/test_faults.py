@@ -95,6 +95,23 @@ async def chat(g: FaultGateway, client: openai.AsyncOpenAI, *, mode: str | None 
     return text
 
 
+async def count_on(g: FaultGateway, client: openai.AsyncOpenAI, mode: str, *,
+                   stream: bool) -> str:
+    """A long, deterministic generation: the model keeps counting until max_tokens."""
+    prompt = ", ".join(str(i) for i in range(1, 30)) + ","
+    headers = {"x-spec-mode": mode}
+    if not stream:
+        r = await client.completions.create(model=g.model, prompt=prompt, max_tokens=600,
+                                            temperature=0, extra_headers=headers)
+        return r.choices[0].text
+    text = ""
+    s = await client.completions.create(model=g.model, prompt=prompt, max_tokens=600,
+                                        temperature=0, stream=True, extra_headers=headers)
+    async for chunk in s:
+        text += chunk.choices[0].text if chunk.choices else ""
+    return text
+
+
 async def wait_until(what: str, check: object, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -209,10 +226,12 @@ async def test_engine_core_killed_under_load(gateway: FaultGateway) -> None:
 
 async def _kill_standard_under_load(gateway: FaultGateway, client: openai.AsyncOpenAI,
                                     standard_core: int) -> None:
-    in_flight = [asyncio.create_task(chat(gateway, client, mode="standard", stream=s,
-                                          max_tokens=600)) for s in (False, True, True)]
-    await wait_until("the long requests are running",
-                     lambda: gateway.engines()["standard"]["running"] >= 3, 60)
+    in_flight = [asyncio.create_task(count_on(gateway, client, "standard", stream=s))
+                 for s in (False, True, True)]
+    await wait_until("the long requests are in the engine",
+                     lambda: gateway.engines()["standard"]["in_flight"] >= 3, 60)
+    await asyncio.sleep(1.0)   # generating, far from their 600 tokens
+    assert not any(t.done() for t in in_flight)
     os.kill(standard_core, signal.SIGKILL)
 
     # In-flight requests end with a clear error, not a hang and not a success.
