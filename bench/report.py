@@ -38,7 +38,7 @@ def main() -> None:
     sim_md = (out / "sim" / "report.md").read_text()
     # The simulator's plots live beside its own report; point at them from here.
     sim_md = re.sub(r"!\[([^\]]*)\]\(([^)/]+\.png)\)", r"![\1](sim/\2)", sim_md)
-    sim_md = sim_md.split("\n## Summary", 1)[0]
+    sim_md = sim_md.replace("\n## Summary", "\n## Simulation summary", 1)
     sections = [sim_md.replace("# SpecGate serving simulator: results",
                                "# SpecGate routing report\n\n## Part 1: GPU serving simulator", 1)]
     line = summary.line()
