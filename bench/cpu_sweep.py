@@ -13,7 +13,8 @@ At each (workload, c) the five policies run back to back in one block (the four
 forced modes and ``auto``), in rounds of alternating order, so that machine noise
 hits them alike; ``auto`` learns from what every finished request measured,
 forced ones included, just as in production. Every mode serves one request per
-workload first (warm-up, not measured). Throughput is completion tokens per second of wall time.
+workload first (warm-up, not measured), and each cell starts once every engine
+is idle, plus a second. Throughput is completion tokens per second of wall time.
 
     .venv/bin/python -m bench.cpu_sweep [--requests-per-client 1] [--max-tokens 32] [--rounds 2]
 """
@@ -28,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
 import openai
 
 from bench.gateway_process import GatewayProcess
@@ -102,6 +104,20 @@ async def warm_up(client: openai.AsyncOpenAI, model: str, max_tokens: int) -> No
             await one(client, model, prompts[0], workload, policy, max_tokens)
 
 
+async def settle(url: str) -> None:
+    """Until every engine is idle, then a second more: a CPU engine keeps its core
+    busy for a while after its last request (seen: the cell right after DFlash
+    on the same core ran up to 2x slower), which must not be billed to the next
+    policy measured."""
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        for _ in range(120):
+            engines = (await http.get("/ready")).json()["engines"].values()
+            if all(e["in_flight"] == e["running"] == e["waiting"] == 0 for e in engines):
+                break
+            await asyncio.sleep(0.25)
+    await asyncio.sleep(1.0)
+
+
 async def run_cell(client: openai.AsyncOpenAI, model: str, workload: str, concurrency: int,
                    policy: str, per_client: int, max_tokens: int) -> Cell:
     prompts = WORKLOADS[workload]
@@ -137,6 +153,7 @@ async def sweep(url: str, per_client: int, max_tokens: int,
             parts: dict[str, list[Cell]] = {p: [] for p in POLICIES}
             for r in range(rounds):
                 for policy in POLICIES if r % 2 == 0 else POLICIES[::-1]:
+                    await settle(url)
                     parts[policy].append(await run_cell(client, model, workload, c, policy,
                                                         per_client, max_tokens))
             for policy in POLICIES:
