@@ -95,20 +95,27 @@ def batch_bucket(batch: int) -> int:
 @dataclass(slots=True)
 class StepTimeProfile:
     """Mean decode-step time per batch bucket, an exponential moving average so
-    that it follows the machine (thermal, co-located load) without a window."""
+    that it follows the machine (thermal, co-located load) without a window.
+
+    Each bucket reports the mean batch of its samples, not its lower bound: a
+    bucket spans up to half its size (48 holds 48..63), and a time measured at 63
+    but placed at 48 doubles the slope the policy extrapolates from it."""
 
     alpha: float = 0.05
-    _buckets: dict[int, list[float]] = field(default_factory=dict)  # bucket -> [mean, n]
+    # bucket -> [mean seconds, samples, mean batch]
+    _buckets: dict[int, list[float]] = field(default_factory=dict)
 
     def add(self, batch: int, seconds: float) -> None:
         if batch <= 0 or seconds <= 0:
             return
-        entry = self._buckets.setdefault(batch_bucket(batch), [seconds, 0.0])
+        entry = self._buckets.setdefault(batch_bucket(batch), [seconds, 0.0, float(batch)])
         n = entry[1] + 1
         # Plain mean for the first samples, then the moving average.
         weight = max(1.0 / n, self.alpha)
         entry[0] += weight * (seconds - entry[0])
+        entry[2] += weight * (batch - entry[2])
         entry[1] = n
 
     def snapshot(self) -> tuple[tuple[int, float, int], ...]:
-        return tuple((b, mean, int(n)) for b, (mean, n) in sorted(self._buckets.items()))
+        return tuple((round(mean_batch), mean, int(n))
+                     for _, (mean, n, mean_batch) in sorted(self._buckets.items()))

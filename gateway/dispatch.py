@@ -209,7 +209,8 @@ class Dispatcher:
             override=override, workload_class=cls, acceptance=state.acceptance_for(cls, now),
             expected_output_tokens=state.expected_output(cls, now),
             previous_mode=state.previous_mode(cls), explore_draw=self.rng.random(),
-            in_flight=in_flight, last_won=state.last_won(), classes=state.learned_classes(
+            in_flight=in_flight, last_won=state.last_won(),
+            leading_since=state.leading_since(), classes=state.learned_classes(
                 now, {cls, *(c for by_class in in_flight.values() for c in by_class)}))
         try:
             decision = self.policy.decide(inputs)
@@ -220,6 +221,8 @@ class Dispatcher:
                               code="no_engine_available") from e
         if override is None and not decision.reason.startswith("explore"):
             state.remember(cls, decision.mode)
+        if decision.leader is not None and decision.leader in offered:
+            state.note_leader(offered[decision.leader].gpu_group, decision.leader, now)
         state.log_decision(_audit_entry(request_id, inputs, decision))
         routing = Routing(decision, cls, forced=override is not None,
                           decided_at=time.monotonic())

@@ -24,6 +24,7 @@ from policies.cost import (
     estimate_mix,
     plain_scale,
     rounds,
+    step_time,
     tokens_per_step,
 )
 
@@ -60,22 +61,79 @@ class AdaptivePolicy(Policy):
         costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, scale)
                                       for load in candidates)) if s.consolidate else marginal
 
+        best = costs[0]
         explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale)
         if explored is not None:
-            return Decision(explored, f"explore:{explored}", _scores(marginal))
+            return Decision(explored, f"explore:{explored}", _scores(marginal), best.mode)
 
         scores = _scores(costs)
-        best = costs[0]
         held = self._incumbent(inputs, best.mode)
         previous = next((c for c in costs if c.mode == held), None)
         if previous is not None and previous is not best and \
-                previous.total_s <= best.total_s * (1.0 + s.hysteresis):
+                self._hold(inputs, previous, best, groups, scale):
             behind = previous.total_s / best.total_s - 1.0 if best.total_s > 0 else 0.0
-            return Decision(previous.mode, f"hold:{previous.mode} -{behind:.0%}", scores)
+            return Decision(previous.mode, f"hold:{previous.mode} -{behind:.0%}", scores,
+                            best.mode)
 
         margin = costs[1].total_s / best.total_s - 1.0 if len(costs) > 1 and \
             best.total_s > 0 else 0.0
-        return Decision(best.mode, f"cost:{best.mode} +{margin:.0%}", scores)
+        return Decision(best.mode, f"cost:{best.mode} +{margin:.0%}", scores, best.mode)
+
+    def _hold(self, inputs: DecisionInput, held: ModeCost, best: ModeCost,
+              groups: Mapping[str, _Group], scale: float) -> bool:
+        """Keep ``held`` although ``best`` is cheaper?
+
+        Within the margin, yes. Beyond it, while the held engine still has requests
+        and the lead has not yet paid for the drain: once traffic moves, the old
+        engine keeps stepping beside the new one until its last request ends, and
+        every round pays its step on top. A lead that has lasted ``T`` is taken to
+        last about as long again, so it pays once ``lead * T`` exceeds that drain."""
+        s = self.settings
+        if held.total_s <= best.total_s * (1.0 + self._margin(inputs, best.mode)):
+            return True
+        if s.drain_payback <= 0 or best.total_s <= 0:
+            return False
+        drain = self._drain_s(inputs, inputs.modes[held.mode], groups, scale)
+        if drain <= 0:
+            return False
+        since = inputs.leading_since.get(best.mode)
+        led = max(inputs.now - since, 0.0) if since is not None else 0.0
+        lead = held.total_s / best.total_s - 1.0
+        return lead * led < s.drain_payback * drain
+
+    def _drain_s(self, inputs: DecisionInput, held: ModeLoad, groups: Mapping[str, _Group],
+                 scale: float) -> float:
+        """Device time lost to ``held`` draining beside the new mode: its step at the
+        smallest batch (what a round pays while it holds anyone) for as many rounds
+        as its longest class in flight still needs, taken as half an answer."""
+        if held.batch_size <= 0:
+            return 0.0
+        s = self.settings
+        flight = inputs.in_flight.get(held.mode, {})
+        longest = 0.0
+        for cls, n in flight.items():
+            if n <= 0:
+                continue
+            known = self._learned(inputs, cls)
+            tau = tokens_per_step(held, known.acceptance.get(held.mode), s)
+            longest = max(longest, rounds(known.expected_output_tokens or 0.0, tau))
+        return step_time(held, 1, s, scale) * longest / 2.0
+
+    def _margin(self, inputs: DecisionInput, leader: str) -> float:
+        """How much cheaper than the held mode ``leader`` must be to take over.
+
+        A fixed margin cannot tell noise from a lasting lead: set high, it holds a mode
+        that is 8% slower for as long as the load stays put; set low, near-equal modes
+        trade the device back and forth, and each switch leaves the old engine draining
+        beside the new one. So the margin falls, from ``hysteresis`` to
+        ``hysteresis_floor``, with how long the leader has led without a break."""
+        s = self.settings
+        floor = min(s.hysteresis_floor, s.hysteresis)
+        since = inputs.leading_since.get(leader)
+        if since is None or s.switch_lead_s <= 0:
+            return s.hysteresis if since is None else floor
+        led = min(max(inputs.now - since, 0.0) / s.switch_lead_s, 1.0)
+        return s.hysteresis - (s.hysteresis - floor) * led
 
     def _candidates(self, inputs: DecisionInput) -> list[ModeLoad]:
         enabled = self.settings.enabled_modes
@@ -207,11 +265,15 @@ class AdaptivePolicy(Policy):
         the least-measured mode whose marginal cost is within bounds. Only idle
         engines are explored: one request measures a mode, and joining an engine
         that is busy only with earlier explorations looks cheap at the margin (its
-        step is already paid) while it keeps the device split for everyone."""
+        step is already paid) while it keeps the device split for everyone. And only
+        where the whole device group is idle: an idle engine beside a busy one adds
+        its whole step to every round of the busy one's batch."""
         s = self.settings
         if len(marginal) < 2:
             return None
         draw = inputs.explore_draw
+        idle = {g for g in groups if not any(
+            m.batch_size > 0 for m in inputs.modes.values() if m.gpu_group == g)}
         if draw < min(1.0, s.exploration_share * s.unmeasured_exploration_boost):
             limit = costs[0].total_s * s.exploration_max_cost_ratio
             unmeasured = [
@@ -225,14 +287,21 @@ class AdaptivePolicy(Policy):
                     if s.consolidate else estimate(
                         load, inputs.modes, inputs.prompt_tokens, output,
                         inputs.acceptance.get(load.mode), s, scale, optimistic=True)
-                if view.total_s <= limit:
+                if view.total_s > limit:
+                    continue
+                if load.gpu_group in idle:
+                    return load.mode
+                # In a busy group, only if what it costs the group's batch is bounded too.
+                price = estimate(load, inputs.modes, inputs.prompt_tokens, output,
+                                 inputs.acceptance.get(load.mode), s, scale, optimistic=True)
+                if price.total_s <= marginal[0].total_s * s.exploration_max_cost_ratio:
                     return load.mode
         if draw >= s.exploration_share:
             return None
         best = marginal[0]
         eligible = [c for c in marginal[1:]
                     if inputs.modes[c.mode].method is not None
-                    and inputs.modes[c.mode].batch_size == 0
+                    and inputs.modes[c.mode].gpu_group in idle
                     and c.total_s <= best.total_s * s.exploration_max_cost_ratio]
         if not eligible:
             return None

@@ -45,6 +45,19 @@ class AdaptiveSettings(BaseModel):
                                            "than this times the best")
     hysteresis: float = Field(0.1, ge=0.0, le=1.0, description="keep the previous winner "
                               "unless another mode is cheaper by more than this fraction")
+    hysteresis_floor: float = Field(
+        0.03, ge=0.0, le=1.0, description="the margin a challenger needs once it has led "
+        "for switch_lead_s without a break: a lead that lasts is not noise, and holding the "
+        "old mode against it costs on every request (at most hysteresis)")
+    switch_lead_s: float = Field(
+        10.0, ge=0.0, le=3600.0, description="seconds of uninterrupted lead over which the "
+        "margin a challenger needs falls from hysteresis to hysteresis_floor; 0: hysteresis "
+        "alone")
+    drain_payback: float = Field(
+        0.5, ge=0.0, le=100.0, description="a challenger beyond the margin still waits "
+        "while the held engine has requests, until its lead times how long it has led "
+        "exceeds this times the device time the held engine's drain would cost (it keeps "
+        "stepping beside the new mode until its last request ends); 0: no wait")
     externality_weight: float = Field(1.0, ge=0.0, le=10.0, description="weight of the delay "
                                       "a request adds to the others sharing its device")
     unmeasured_exploration_boost: float = Field(

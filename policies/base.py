@@ -75,6 +75,9 @@ class DecisionInput:
     # device group is busy, hysteresis holds its latest winner.
     last_won: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     explore_draw: float = 1.0                            # uniform [0, 1), drawn by the caller
+    # Since when each device group's cost leader has led without a break (mode -> time,
+    # from ``Decision.leader``): a lasting lead needs a smaller margin to win.
+    leading_since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     # The mix each device group serves: requests in flight on this replica, forced
     # ones included (mode -> workload class -> count), and what is learned about
     # those classes (class -> ClassLearned). Empty: decide on this request's class alone.
@@ -90,6 +93,8 @@ class Decision:
     # A few words for the ``x-spec-decision`` header, e.g. ``rule:batch>32``.
     reason: str
     scores: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # The cheapest mode by cost, whether or not it was chosen; None for a forced mode.
+    leader: str | None = None
 
 
 class NoModeAvailable(Exception):

@@ -69,6 +69,7 @@ class SharedPolicyState:
         self._decisions: deque[dict[str, str]] = deque(maxlen=max_buffered_decisions)
         self._previous: dict[str, str] = {}
         self._last_won: dict[str, float] = {}
+        self._leading: dict[str, tuple[str, float]] = {}   # device group -> (mode, since)
         self._wins = 0
         self._classes: set[str] = {DEFAULT_WORKLOAD_CLASS}
         self._settings_listeners: list[Callable[[AdaptiveSettings], None]] = []
@@ -149,6 +150,17 @@ class SharedPolicyState:
         self._previous[workload_class] = mode
         self._wins += 1
         self._last_won[mode] = self._wins
+
+    def note_leader(self, group: str, mode: str, now: float) -> None:
+        """Record the cost leader a decision saw in ``group``: a new leader starts its
+        lead now, the same one keeps the time it took the lead."""
+        current = self._leading.get(group)
+        if current is None or current[0] != mode:
+            self._leading[group] = (mode, now)
+
+    def leading_since(self) -> dict[str, float]:
+        """Since when each device group's cost leader has led (mode -> time)."""
+        return {mode: since for mode, since in self._leading.values()}
 
     def last_won(self) -> dict[str, float]:
         """When each mode last won an auto decision, as a sequence number."""

@@ -6,6 +6,8 @@ The last line printed is the summary the issue asks for:
 
 from __future__ import annotations
 
+import statistics
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,9 @@ def setups(params: SimParams) -> tuple[list[Setup], dict[str, dict[int, int]]]:
     built.append(auto(params, policy_settings(params)))
     return built, tables
 
+
+# Seeds of the mixed run averaged into the summary (the table shows the first).
+MIXED_SEEDS = 5
 
 # The issue's targets: auto / oracle at every sweep point, auto / best single
 # static mode on the mixed workload, auto / plain everywhere.
@@ -210,9 +215,23 @@ def write_report(out: Path, params: SimParams, seed: int = 100, scale: float = 2
         md += ["", f"## Sweep: {title}", "", "Output tokens/s:", "", *lines, "",
                f"![{title}]({png})"]
     mixed = [run_mixed(s, params, seed, scale) for s in built]
-    mixed_table, vs_best, vs_plain = mixed_md(mixed)
+    mixed_table, first_vs_best, vs_plain = mixed_md(mixed)
     plot_mixed(mixed, out / "mixed.png")
-    md += ["", "## Mixed, time-varying workload", "", *mixed_table, "", "![mixed](mixed.png)"]
+    # The mixed run is one long path through a chaotic system: a decision that goes
+    # the other way shifts every later one. One seed's figure can be a lucky draw, so
+    # the summary gives the mean over several.
+    per_seed = [first_vs_best]
+    for extra in range(1, MIXED_SEEDS):
+        runs = [run_mixed(s, params, seed + 100 * extra, scale) for s in built]
+        _, vs_best_seed, vs_plain_seed = mixed_md(runs)
+        per_seed.append(vs_best_seed)
+        vs_plain = min(vs_plain, vs_plain_seed)
+    vs_best = statistics.fmean(per_seed)
+    md += ["", "## Mixed, time-varying workload", "", *mixed_table, "", "![mixed](mixed.png)",
+           "", f"Over {MIXED_SEEDS} seeds ({seed}, {seed + 100}, …), auto / best static: "
+           + ", ".join(f"{r:.3f}" for r in per_seed)
+           + f"; mean **{vs_best:.3f}** (the summary's figure), range "
+           f"{min(per_seed):.3f}–{max(per_seed):.3f}."]
     summary = Summary(max_speedup_error(rows), worst_oracle, vs_best, min(worst_plain, vs_plain))
     md += ["", "## Summary", "", "```", summary.line(), "```", "", "## Targets", "",
            *targets_md(summary), ""]

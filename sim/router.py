@@ -102,10 +102,13 @@ class PolicyRouter(Router):
             workload_class=cls, acceptance=state.acceptance_for(cls, now),
             expected_output_tokens=state.expected_output(cls, now),
             previous_mode=state.previous_mode(cls), explore_draw=self.rng.random(),
-            in_flight=in_flight, classes=classes, last_won=state.last_won())
+            in_flight=in_flight, classes=classes, last_won=state.last_won(),
+            leading_since=state.leading_since())
         decision = self.policy.decide(inputs)
         if not decision.reason.startswith("explore"):
             state.remember(cls, decision.mode)
+        if decision.leader is not None:
+            state.note_leader(engines[decision.leader].gpu_group, decision.leader, now)
         kind = decision.reason.split(":", 1)[0]
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
         self.chosen[decision.mode] = self.chosen.get(decision.mode, 0) + 1

@@ -91,14 +91,21 @@ def test_router_counts_the_requests_in_flight_by_class() -> None:
 def test_on_the_mixed_workload_one_mode_per_device_beats_a_mode_per_class() -> None:
     """Math and code on DFlash beside chat on plain decoding keeps two engines busy on
     one GPU, and every round costs both steps: deciding for the device's whole mix is
-    what puts auto above the best single mode (run shorter than the report's)."""
+    what puts auto above the best single mode (runs shorter than the report's, over
+    three seeds: one path through the mixed run can be a lucky or unlucky draw)."""
+    import statistics
+
     from sim.params import DFLASH_10, EAGLE3_10
     from sim.scenarios import run_mixed
     settings = policy_settings(PARAMS)
-    got = run_mixed(auto(PARAMS, settings), PARAMS, seed=100, scale=1.0)
-    per_class = run_mixed(auto(PARAMS, settings.model_copy(update={"group_mix": False})),
-                          PARAMS, seed=100, scale=1.0)
-    best = max(run_mixed(static(m, PARAMS), PARAMS, seed=100, scale=1.0).tokens_per_s
-               for m in (DFLASH_10, EAGLE3_10))
-    assert got.tokens_per_s > 1.02 * best
-    assert got.tokens_per_s > 1.1 * per_class.tokens_per_s
+    vs_best, vs_per_class = [], []
+    for seed in (100, 200, 300):
+        got = run_mixed(auto(PARAMS, settings), PARAMS, seed=seed, scale=1.0).tokens_per_s
+        per_class = run_mixed(auto(PARAMS, settings.model_copy(update={"group_mix": False})),
+                              PARAMS, seed=seed, scale=1.0).tokens_per_s
+        best = max(run_mixed(static(m, PARAMS), PARAMS, seed=seed, scale=1.0).tokens_per_s
+                   for m in (DFLASH_10, EAGLE3_10))
+        vs_best.append(got / best)
+        vs_per_class.append(got / per_class)
+    assert statistics.fmean(vs_best) > 1.02
+    assert statistics.fmean(vs_per_class) > 1.1
