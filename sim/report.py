@@ -7,7 +7,6 @@ The last line printed is the summary the issue asks for:
 from __future__ import annotations
 
 import statistics
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
