@@ -239,3 +239,15 @@ async def test_last_won_orders_the_modes_by_their_latest_auto_win() -> None:
     assert max(won, key=won.__getitem__) == "dflash"
     assert won["standard"] < won["dflash"]
     assert state.previous_mode("chat") == "standard"
+
+
+async def test_a_group_leader_keeps_the_time_it_took_the_lead() -> None:
+    state = SharedPolicyState(MemoryStore(), "r")
+    assert state.leading_since() == {}
+    state.note_leader("gpu0", "dflash", 10.0)
+    state.note_leader("gpu0", "dflash", 15.0)
+    state.note_leader("gpu1", "ngram", 12.0)
+    assert state.leading_since() == {"dflash": 10.0, "ngram": 12.0}
+    state.note_leader("gpu0", "standard", 20.0)         # a new leader starts over
+    state.note_leader("gpu0", "dflash", 21.0)
+    assert state.leading_since() == {"dflash": 21.0, "ngram": 12.0}

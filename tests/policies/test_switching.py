@@ -1,0 +1,115 @@
+"""When the adaptive policy moves a busy device to another mode, and when it explores."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from policies.adaptive import AdaptivePolicy
+from policies.adaptive_settings import AdaptiveSettings
+from policies.base import ClassLearned, DecisionInput, LearnedAcceptance
+from tests.policies.test_adaptive import K, case, learned, load
+
+# DFlash ahead of EAGLE-3 (the held mode) by about 8% on this request.
+CLOSE = {"dflash": learned(4.0), "eagle3": learned(3.7), "ngram": learned(1.0)}
+# DFlash far ahead: beyond any margin.
+FAR = {"dflash": learned(5.0), "eagle3": learned(2.0), "ngram": learned(1.0)}
+
+
+def held_eagle3(acceptance: Mapping[str, LearnedAcceptance], now: float = 100.0,
+                **kw: object) -> DecisionInput:
+    """EAGLE-3 won last and holds the (shared) device's batch: long answers in flight."""
+    inputs = case(modes={"eagle3": load("eagle3", batch=8)}, acceptance=acceptance,
+                  previous_mode="eagle3", last_won={"eagle3": 1.0},
+                  in_flight={"eagle3": {"default": 8}},
+                  classes={"default": ClassLearned(acceptance, 2000.0)}, **kw)  # type: ignore[arg-type]
+    return replace(inputs, now=now)
+
+
+def lead(inputs: DecisionInput) -> float:
+    scores = AdaptivePolicy(AdaptiveSettings(hysteresis=0.0)).decide(inputs).scores
+    return scores["eagle3"] / scores["dflash"] - 1.0
+
+
+def test_every_decision_names_the_cost_leader_even_when_it_holds() -> None:
+    decision = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2)).decide(held_eagle3(CLOSE))
+    assert (decision.mode, decision.leader) == ("eagle3", "dflash")
+    assert decision.reason.startswith("hold:eagle3")
+    forced = AdaptivePolicy().decide(replace(held_eagle3(CLOSE), override="standard"))
+    assert forced.leader is None
+
+
+def test_a_lead_that_lasts_needs_only_the_floor_margin() -> None:
+    """A fixed margin holds a mode that is 8% slower for as long as the load stays;
+    a lead that has lasted switch_lead_s only has to beat hysteresis_floor."""
+    inputs = held_eagle3(CLOSE)
+    assert 0.03 < lead(inputs) < 0.1
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, hysteresis_floor=0.03,
+                                             switch_lead_s=10.0, drain_payback=0.0))
+    assert policy.decide(inputs).mode == "eagle3"                       # a new lead
+    fresh = replace(inputs, leading_since={"dflash": 99.0})             # led 1 s
+    assert policy.decide(fresh).mode == "eagle3"
+    lasting = replace(inputs, leading_since={"dflash": 80.0})           # led 20 s
+    assert policy.decide(lasting).mode == "dflash"
+    # switch_lead_s 0: the floor at once, for a lead that is recorded at all.
+    at_once = AdaptivePolicy(AdaptiveSettings(switch_lead_s=0.0, drain_payback=0.0))
+    assert at_once.decide(fresh).mode == "dflash"
+    assert at_once.decide(inputs).mode == "eagle3"
+
+
+def test_a_switch_waits_until_the_lead_has_paid_for_the_drain() -> None:
+    """Beyond the margin, traffic still stays while the held engine has long answers
+    in flight, until lead x time led exceeds the drain (the old engine keeps stepping
+    beside the new one until its last request ends)."""
+    inputs = held_eagle3(FAR)
+    assert lead(inputs) > 0.3
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
+    held = policy.decide(inputs)
+    assert (held.mode, held.leader) == ("eagle3", "dflash")
+    assert policy.decide(replace(inputs, leading_since={"dflash": 99.9})).mode == "eagle3"
+    assert policy.decide(replace(inputs, leading_since={"dflash": 0.0})).mode == "dflash"
+    # Nothing to drain (the held engine is empty): the lead wins at once.
+    empty = replace(inputs, modes={**inputs.modes, "eagle3": load("eagle3"),
+                                   "dflash": load("dflash", batch=8)},
+                    in_flight={"dflash": {"default": 8}})
+    assert policy.decide(empty).mode == "dflash"
+    # drain_payback 0: only the margin counts.
+    assert AdaptivePolicy(AdaptiveSettings(drain_payback=0.0)).decide(inputs).mode == "dflash"
+
+
+def test_short_answers_drain_fast_and_switch_sooner() -> None:
+    """The drain is priced from the longest class in flight on the held engine."""
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
+    led_2s = {"dflash": 98.0}
+    long_answers = replace(held_eagle3(FAR), leading_since=led_2s)
+    short = ClassLearned(FAR, 20.0)
+    short_answers = replace(long_answers, classes={"default": short})
+    assert policy.decide(long_answers).mode == "eagle3"
+    assert policy.decide(short_answers).mode == "dflash"
+
+
+def test_an_unmeasured_mode_is_not_explored_beside_a_busy_engine_of_its_group() -> None:
+    """An idle engine beside a busy one adds its whole step to every round of the busy
+    one's batch: on one device that is exploration's price; on its own device, free."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.03,
+                                             unmeasured_exploration_boost=10.0))
+    known = {"dflash": learned(1.0), "ngram": learned(2.5)}              # eagle3 unmeasured
+    busy = case(modes={"ngram": load("ngram", batch=15)}, acceptance=known,
+                explore_draw=0.2, in_flight={"ngram": {"default": 15}})
+    assert policy.decide(busy).mode == "ngram"
+    apart = replace(busy, modes={m: load(m, group="core0" if m in ("standard", "eagle3")
+                                         else "core1", batch=15 if m == "ngram" else 0)
+                                 for m in K})
+    explored = policy.decide(apart)
+    assert (explored.mode, explored.reason) == ("eagle3", "explore:eagle3")
+
+
+def test_routine_exploration_only_where_the_whole_group_is_idle() -> None:
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.5))
+    measured = {"dflash": learned(5.0), "eagle3": learned(3.0, requests=0.5),
+                "ngram": learned(1.2, requests=50)}
+    idle = case(acceptance=measured, explore_draw=0.0)
+    assert policy.decide(idle).reason.startswith("explore:")
+    busy = replace(idle, modes={**idle.modes, "dflash": load("dflash", batch=6)},
+                   in_flight={"dflash": {"default": 6}})
+    assert policy.decide(busy).reason.startswith(("cost:", "hold:"))
