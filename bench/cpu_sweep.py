@@ -257,6 +257,13 @@ def run(out: Path, per_client: int = 1, max_tokens: int = 32,
     return cells
 
 
+def load(path: Path) -> list[Cell]:
+    """Cells written by ``run`` (its ``cpu_sweep.json``)."""
+    rows = json.loads(path.read_text())
+    return [Cell(r["workload"], r["concurrency"], r["policy"], r["tokens"], r["seconds"],
+                 r["latencies"], r["served_by"]) for r in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests-per-client", type=int, default=1)

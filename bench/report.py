@@ -7,7 +7,7 @@ by printing one summary line:
 ``calibration_max_err=… auto_vs_oracle_min=… mixed_vs_best_static=…
 auto_vs_plain_min=… cpu_auto_vs_best_min=…``
 
-    .venv/bin/python -m bench.report [--out bench/out] [--no-cpu]
+    .venv/bin/python -m bench.report [--out bench/out] [--no-cpu | --cpu-from JSON]
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ def main() -> None:
     parser.add_argument("--no-cpu", action="store_true",
                         help="simulation only (no vLLM engines started)")
     parser.add_argument("--requests-per-client", type=int, default=1)
+    parser.add_argument("--cpu-from", type=Path, metavar="JSON",
+                        help="the CPU sweep's cells from an earlier run (its "
+                             "cpu_sweep.json) instead of running it again")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -45,14 +48,21 @@ def main() -> None:
 
     if not args.no_cpu:
         began = time.monotonic()
-        cells = cpu_sweep.run(out / "cpu", per_client=args.requests_per_client)
+        if args.cpu_from is not None:
+            cells = cpu_sweep.load(args.cpu_from)
+            took = (out / "cpu" / "took_s.txt").read_text().strip() \
+                if (out / "cpu" / "took_s.txt").exists() else "?"
+        else:
+            cells = cpu_sweep.run(out / "cpu", per_client=args.requests_per_client)
+            took = f"{time.monotonic() - began:.0f}"
+            (out / "cpu" / "took_s.txt").write_text(took + "\n")
         pngs = cpu_sweep.plot(cells, out / "cpu")
         ratios = cpu_sweep.auto_vs_best(cells)
         worst = min(ratios.values())
         sections.append("\n".join([
             "## Part 2: real CPU sweep (vLLM CPU engines, embedded model)", "",
             cpu_sweep.__doc__.split("\n\n", 1)[1].split("    .venv", 1)[0].strip(), "",
-            f"Measured in one run ({time.monotonic() - began:.0f} s). Completion tokens/s:",
+            f"Measured in one run ({took} s). Completion tokens/s:",
             "", cpu_sweep.markdown(cells), "",
             *[f"![{p.stem}](cpu/{p.name})" for p in pngs], "",
             f"Worst `auto` / best forced mode: **{worst:.3f}** "

@@ -30,7 +30,7 @@ class VllmEngine(Engine):
         super().__init__(spec.mode)
         self.spec = spec
         self._llm: Any = None
-        self._counters = LiveCounters()
+        self._counters = LiveCounters(speculative=spec.is_speculative)
         self._in_flight = 0
         self._closed = False
         self.startup_seconds: float | None = None
@@ -71,7 +71,7 @@ class VllmEngine(Engine):
                  s.cpu_threads_bind or "auto")
         began = time.monotonic()
         # Fresh counters on every start: a restarted engine's load is not the dead one's.
-        self._counters = LiveCounters()
+        self._counters = LiveCounters(speculative=s.is_speculative)
         loggers = [make_stat_logger_factory(self._counters)]
         with _env("VLLM_CPU_OMP_THREADS_BIND", s.cpu_threads_bind):
             # The constructor blocks until the engine-core child process has

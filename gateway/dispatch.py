@@ -294,7 +294,9 @@ class Dispatcher:
             drafts=spec.num_drafts if spec else 0,
             draft_tokens=spec.num_draft_tokens if spec else 0,
             accepted=spec.num_accepted_tokens if spec else 0,
-            completion_tokens=finished.completion_tokens, now=self.clock())
+            completion_tokens=finished.completion_tokens, now=self.clock(),
+            speculative=self.mode_info.get(routing.decision.mode, ModeInfo()).method
+            is not None or spec is not None)
 
     def _load(self, name: str, engine: Engine) -> ModeLoad:
         s = engine.stats()

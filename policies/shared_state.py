@@ -96,9 +96,10 @@ class SharedPolicyState:
                         else s.decayed(now, half_life)
         result = {}
         for mode, s in sums.items():
-            length, rate = s.mean_accepted_length, s.acceptance_rate
-            if length is not None and rate is not None:
-                result[mode] = LearnedAcceptance(length, rate, s.requests, s.drafts)
+            length = s.mean_accepted_length
+            if length is not None:      # steps but no draft tokens: nothing accepted
+                result[mode] = LearnedAcceptance(length, s.acceptance_rate or 0.0,
+                                                 s.requests, s.drafts)
         return result
 
     def expected_output(self, workload_class: str, now: float) -> float | None:
@@ -132,9 +133,10 @@ class SharedPolicyState:
         for cls in {*lengths, *also}:
             acceptance = {}
             for mode, a in sums.get(cls, {}).items():
-                length, rate = a.mean_accepted_length, a.acceptance_rate
-                if length is not None and rate is not None:
-                    acceptance[mode] = LearnedAcceptance(length, rate, a.requests, a.drafts)
+                length = a.mean_accepted_length
+                if length is not None:
+                    acceptance[mode] = LearnedAcceptance(length, a.acceptance_rate or 0.0,
+                                                         a.requests, a.drafts)
             finished = lengths.get(cls)
             result[cls] = ClassLearned(acceptance, finished.mean if finished else None,
                                        finished.requests if finished else 0.0)
@@ -167,12 +169,24 @@ class SharedPolicyState:
         return dict(self._last_won)
 
     def observe(self, mode: str, workload_class: str, drafts: int, draft_tokens: int,
-                accepted: int, completion_tokens: int, now: float) -> None:
-        """Feed back one finished request (forced or not)."""
+                accepted: int, completion_tokens: int, now: float,
+                speculative: bool | None = None) -> None:
+        """Feed back one finished request (forced or not).
+
+        What is learned is tokens per *decode step*, not per draft: n-gram proposes
+        nothing where the text has no match, and such a step is a plain one. Counted
+        per draft, n-gram on free text measured 2.6 tokens a step (the few steps that
+        matched) while it served about 1.1, and won every decision against plain
+        decoding that was faster. A request's decode steps are its tokens after the
+        first, less the accepted ones (each step adds one token plus those accepted).
+        ``speculative`` None: a mode that drafted anything."""
         half_life = self.settings.acceptance_half_life_s
-        if draft_tokens > 0:
+        if speculative is None:
+            speculative = drafts > 0 or draft_tokens > 0
+        steps = max(drafts, completion_tokens - 1 - accepted) if speculative else 0
+        if steps > 0:
             key = (mode, workload_class)
-            add = AcceptanceSums(drafts, draft_tokens, accepted, 1.0, now)
+            add = AcceptanceSums(steps, draft_tokens, accepted, 1.0, now)
             current = self._pending.acceptance.get(key)
             self._pending.acceptance[key] = add if current is None else \
                 current.plus(add, now, half_life)

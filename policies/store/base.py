@@ -26,7 +26,7 @@ def decay_factor(elapsed_s: float, half_life_s: float) -> float:
 class AcceptanceSums:
     """Decayed sums of finished requests' spec-decode counts for one (mode, class)."""
 
-    drafts: float = 0.0
+    drafts: float = 0.0              # decode steps (a step that drafted nothing counts)
     draft_tokens: float = 0.0
     accepted: float = 0.0
     requests: float = 0.0

@@ -90,8 +90,9 @@ class FlakyStore(PolicyStore):
 
 
 def observe(state: SharedPolicyState, mode: str, cls: str, accepted: int, clock: Clock) -> None:
+    """Ten decode steps that each drafted four tokens: 1 + 10 + accepted tokens."""
     state.observe(mode, cls, drafts=10, draft_tokens=40, accepted=accepted,
-                  completion_tokens=50, now=clock())
+                  completion_tokens=11 + accepted, now=clock())
 
 
 async def test_local_observations_count_before_and_after_flush() -> None:
@@ -103,7 +104,7 @@ async def test_local_observations_count_before_and_after_flush() -> None:
     assert learned.acceptance_rate == pytest.approx(0.75)
     assert await state.sync_once()
     assert state.acceptance_for("math", clock())["dflash"].requests == pytest.approx(1.0)
-    assert state.expected_output("math", clock()) == pytest.approx(50)
+    assert state.expected_output("math", clock()) == pytest.approx(41)
     assert state.acceptance_for("chat", clock()) == {}
 
 
@@ -251,3 +252,23 @@ async def test_a_group_leader_keeps_the_time_it_took_the_lead() -> None:
     state.note_leader("gpu0", "standard", 20.0)         # a new leader starts over
     state.note_leader("gpu0", "dflash", 21.0)
     assert state.leading_since() == {"dflash": 21.0, "ngram": 12.0}
+
+
+async def test_steps_that_drafted_nothing_count_as_plain_steps() -> None:
+    """n-gram proposes only where the text matches: 2 drafts, both fully accepted,
+    in a 32-token answer is 1.06 tokens a step, not the 5 a step a per-draft count
+    says. A speculative request that drafted nothing at all still counts (τ = 1);
+    plain decoding learns nothing."""
+    clock = Clock()
+    state = SharedPolicyState(MemoryStore(), "r", clock=clock)
+    state.observe("ngram", "free", drafts=2, draft_tokens=8, accepted=8,
+                  completion_tokens=32, now=clock(), speculative=True)
+    learned = state.acceptance_for("free", clock())["ngram"]
+    assert learned.mean_accepted_length == pytest.approx(1 + 8 / 23)
+    assert learned.acceptance_rate == pytest.approx(1.0)
+    state.observe("ngram", "prose", drafts=0, draft_tokens=0, accepted=0,
+                  completion_tokens=20, now=clock(), speculative=True)
+    assert state.acceptance_for("prose", clock())["ngram"].mean_accepted_length == 1.0
+    state.observe("standard", "prose", drafts=0, draft_tokens=0, accepted=0,
+                  completion_tokens=20, now=clock(), speculative=False)
+    assert "standard" not in state.acceptance_for("prose", clock())

@@ -1,0 +1,48 @@
+"""The per-engine stat logger's step timing."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.stat_logger import LiveCounters
+
+
+def test_a_decode_step_is_timed_from_the_previous_busy_step() -> None:
+    c = LiveCounters()
+    c.observe_step(0, prefills=1, decodes=0, at=10.0)     # prefill: not a decode sample
+    c.observe_step(1, prefills=0, decodes=1, at=10.050)   # 50 ms after a busy step
+    c.observe_step(2, prefills=0, decodes=1, at=10.100)
+    (batch, seconds, samples), = c.steps.snapshot()
+    assert (batch, samples) == (1, 2) and seconds == pytest.approx(0.050)
+
+
+def test_gaps_and_prefills_are_not_counted_as_steps() -> None:
+    c = LiveCounters()
+    c.observe_step(5, prefills=0, decodes=2, at=1.0)      # first seen: no interval yet
+    c.observe_step(7, prefills=0, decodes=2, at=1.2)      # a step went unreported
+    c.observe_step(8, prefills=1, decodes=2, at=1.3)      # a prefill rides along
+    assert c.steps.snapshot() == ()
+    c.observe_step(9, prefills=0, decodes=2, at=1.34)
+    assert [(b, n) for b, _, n in c.steps.snapshot()] == [(2, 1)]
+
+
+def test_bunched_arrivals_keep_the_mean_step() -> None:
+    """Outputs stamped as they arrive: two steps read at once give one long and one
+    near-zero interval; the mean is still the engine's step."""
+    c = LiveCounters()
+    c.observe_step(0, prefills=0, decodes=4, at=0.0)
+    for i, at in enumerate((0.02, 0.08, 0.0801, 0.10, 0.12), start=1):
+        c.observe_step(i, prefills=0, decodes=4, at=at)
+    (_, seconds, samples), = c.steps.snapshot()
+    assert samples == 5 and seconds == pytest.approx(0.024)
+
+
+def test_the_live_window_counts_steps_that_drafted_nothing() -> None:
+    c = LiveCounters(speculative=True)
+    c.observe_spec_step(2, 8, 8, [2, 2, 2, 2], sequences=8)   # 2 of 8 sequences drafted
+    c.observe_spec_step(0, 0, 0, [], sequences=8)             # none did
+    import time
+    rate, length = c.window.snapshot(time.monotonic())
+    assert rate == pytest.approx(1.0)
+    assert length == pytest.approx(1 + 8 / 16)
+    assert (c.num_drafts, c.num_accepted_tokens) == (2, 8)    # vLLM's own counters kept
