@@ -52,8 +52,11 @@ async def load_components(settings: Settings) -> Components:
     # Only in-process engines need vLLM here; a remote-only gateway may run without it.
     cpu_build = any(not m.url for m in modes.values()) and _cpu_build()
     for i, (name, mode) in enumerate(modes.items()):
-        # Spread CPU engines over the cores (vLLM would bind them all to one);
-        # engines bound to one core time-slice it like engines on one GPU.
+        # Spread CPU engines over the cores (vLLM would bind them all to one), but
+        # count them as one device: the gateway's own process (tokenizing, streaming)
+        # and the clients share those cores, and splitting free text between plain
+        # decoding on one core and n-gram on the other measured 140 tok/s at 16
+        # concurrent against 209 for plain decoding alone.
         bind = mode.cpu_threads_bind or str(i % cpus) if cpu_build and not mode.url else None
         if mode.url:
             engines[name] = RemoteVllmEngine(name, mode.url, client, model=mode.served_model,
@@ -62,7 +65,7 @@ async def load_components(settings: Settings) -> Components:
             engines[name] = _make_engine(settings, name, mode, model_dir, drafters, bind)
         info[name] = ModeInfo(method=mode.method,
                               num_speculative_tokens=mode.num_speculative_tokens or 0,
-                              gpu_group=mode.gpu_group or (f"cpu{bind}" if bind else "0"))
+                              gpu_group=mode.gpu_group or ("cpu" if bind else "0"))
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
                       engines=engines, max_model_len=settings.max_model_len, mode_info=info,
                       closers=[client.aclose])

@@ -48,7 +48,7 @@ class ModeSettings(BaseModel):
     gpu_group: str | None = Field(None, min_length=1, max_length=64,
                                   description="engines with the same group share one device; "
                                               "absent = one shared GPU, or on the CPU build "
-                                              "the core the engine is bound to")
+                                              "one group 'cpu' for every in-process engine")
 
     @model_validator(mode="after")
     def _speculative_needs_method(self) -> ModeSettings:
