@@ -40,6 +40,11 @@ class AdaptiveSettings(BaseModel):
                           "with x-spec-mode works either way")
     exploration_share: float = Field(0.03, ge=0.0, le=0.5, description="share of auto "
                                      "traffic sent to the least-measured mode")
+    exploration_fresh_steps: float = Field(
+        200.0, ge=0.0, le=1_000_000.0, description="a mode with at least this much "
+        "decayed evidence (verification steps) on the request's class is fresh and not "
+        "explored; evidence halves every acceptance_half_life_s, so a mode that stops "
+        "winning is explored again once its estimate has aged")
     exploration_max_cost_ratio: float = Field(
         3.0, ge=1.0, le=100.0, description="never explore a mode estimated to cost more "
                                            "than this times the best")

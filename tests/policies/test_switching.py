@@ -113,3 +113,16 @@ def test_routine_exploration_only_where_the_whole_group_is_idle() -> None:
     busy = replace(idle, modes={**idle.modes, "dflash": load("dflash", batch=6)},
                    in_flight={"dflash": {"default": 6}})
     assert policy.decide(busy).reason.startswith(("cost:", "hold:"))
+
+
+def test_a_fresh_estimate_is_not_explored_again() -> None:
+    """Exploration keeps estimates fresh; one with plenty of recent evidence gains
+    nothing from another request, which costs the most in a short burst."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.5,
+                                             exploration_fresh_steps=200.0))
+    stale = case(acceptance={"dflash": learned(5.0), "eagle3": learned(3.0, requests=2),
+                             "ngram": learned(1.2, requests=50)}, explore_draw=0.0)
+    assert policy.decide(stale).mode == "eagle3"            # 100 steps: stale
+    fresh = replace(stale, acceptance={**stale.acceptance,
+                                       "eagle3": learned(3.0, requests=10)})   # 500 steps
+    assert policy.decide(fresh).reason.startswith("cost:")
