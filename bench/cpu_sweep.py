@@ -6,8 +6,9 @@ flight for c = 1, 2, 4, 8, 16, on two workloads sent as two workload classes:
 
 * ``copy``: the answer repeats text from the prompt, where n-gram prompt lookup
   drafts well;
-* ``free``: open-ended writing, where nothing drafts well and, with the
-  embedded (untrained) drafters, plain decoding is fastest.
+* ``free``: open-ended writing, where the embedded (untrained) EAGLE-3 and
+  DFlash drafters accept nothing, and plain decoding and n-gram are near-tied
+  (the small model repeats itself, so prompt lookup matches some of its output).
 
 At each (workload, c) the five policies run back to back in one block (the four
 forced modes and ``auto``), in rounds of alternating order, so that machine noise
