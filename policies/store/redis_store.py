@@ -210,4 +210,10 @@ class RedisStore(PolicyStore):
         await self._bounded(self._redis.ping)
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        # Bounded like every other call: closing waits for each pooled socket to
+        # close, and a gateway must not hang its shutdown on a Redis that went away.
+        try:
+            async with asyncio.timeout(self.timeout_s * 4):
+                await self._redis.aclose()
+        except (RedisError, OSError, TimeoutError):
+            pass
