@@ -266,8 +266,8 @@ class AdaptivePolicy(Policy):
         estimate on the class has gone stale (less than ``exploration_fresh_steps``
         of decayed evidence): a fresh one gains nothing from another request, and on
         the real CPU sweep one exploration in a cell of eight requests cost a third
-        of its throughput. Only idle
-        engines are explored: one request measures a mode, and joining an engine
+        of its throughput. Only idle engines are explored: one request measures a
+        mode, and joining an engine
         that is busy only with earlier explorations looks cheap at the margin (its
         step is already paid) while it keeps the device split for everyone. And only
         where the whole device group is idle: an idle engine beside a busy one adds
@@ -276,9 +276,12 @@ class AdaptivePolicy(Policy):
         if len(marginal) < 2:
             return None
         draw = inputs.explore_draw
-        idle = {g for g in groups if not any(
-            m.batch_size > 0 for m in inputs.modes.values() if m.gpu_group == g)}
-        if draw < min(1.0, s.exploration_share * s.unmeasured_exploration_boost):
+        boosted = min(1.0, s.exploration_share * s.unmeasured_exploration_boost)
+        if draw >= max(boosted, s.exploration_share):
+            return None                      # the common case: no exploration draw
+        # A group's batch counts this request: 1 means nothing runs there.
+        idle = {name for name, group in groups.items() if group.batch == 1}
+        if draw < boosted:
             limit = costs[0].total_s * s.exploration_max_cost_ratio
             unmeasured = [
                 load for load in candidates
