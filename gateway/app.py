@@ -27,11 +27,15 @@ from gateway.shutdown import Drain
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Policy
+from policies.bounded import bounded, stop_tasks
 from policies.registry import build_policy
 from policies.shared_state import SharedPolicyState
 from policies.store.base import PolicyStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+# How long a cancelled background task (engine boot, store sync) may take to end.
+STOP_TASKS_S = 5.0
 
 
 def build_store(settings: Settings) -> PolicyStore:
@@ -104,16 +108,17 @@ def create_app(settings: Settings, *, components: Components | None = None,
         finally:
             # DrainingServer has drained already; under any other server, whatever
             # is still in flight is stopped cleanly here rather than cut off.
+            # Every step is bounded: a shutdown must end even with the store gone,
+            # black-holed or flapping (a lost cancellation once hung it for good).
             drain.stop_now()
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            state.stop()
+            await stop_tasks(tasks, STOP_TASKS_S, "background task")
             await runtime.shutdown()
-            with contextlib.suppress(StoreUnavailable):
-                await state.sync_once()  # last observations and decisions
-            await store.close()
+            with contextlib.suppress(StoreUnavailable, TimeoutError):
+                # last observations and decisions
+                await bounded(state.sync_once, final_sync_s(settings))
+            with contextlib.suppress(TimeoutError):
+                await bounded(store.close, final_sync_s(settings))
 
     app = FastAPI(title="SpecGate", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
@@ -134,6 +139,11 @@ def create_app(settings: Settings, *, components: Components | None = None,
         app.include_router(module.router)
     app.include_router(metrics.router)
     return app
+
+
+def final_sync_s(settings: Settings) -> float:
+    """The last flush at shutdown: a few store calls' worth, not one per buffered key."""
+    return 8 * settings.redis_timeout_s
 
 
 async def _adopt_or_publish_settings(state: SharedPolicyState) -> None:

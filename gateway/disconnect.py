@@ -6,18 +6,24 @@ would decode to ``max_tokens`` for nobody. We race the work against the
 ASGI ``http.disconnect`` message and cancel it, which aborts the engine
 request (the engine stream aborts on cancellation). Streaming responses
 get the same from Starlette, which cancels the body iterator on disconnect.
+The cancelled work gets ``CANCEL_GRACE_S`` to end: work that loses its
+cancellation (see ``policies/bounded.py``) must not keep a handler whose
+client is gone, which would also block the server's shutdown for good.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from contextlib import suppress
 from typing import TypeVar
 
 from starlette.requests import Request
 
+from policies.bounded import stop_tasks
+
 T = TypeVar("T")
+
+CANCEL_GRACE_S = 10.0
 
 
 class ClientDisconnected(Exception):
@@ -36,9 +42,9 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     if task.done():
         watcher.cancel()
         return task.result()
-    task.cancel()
-    with suppress(asyncio.CancelledError):
-        await task
+    await stop_tasks([task], CANCEL_GRACE_S, "request")
+    if task.done() and not task.cancelled():
+        task.exception()  # nobody is left to tell
     raise ClientDisconnected
 
 

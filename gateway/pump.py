@@ -20,6 +20,7 @@ for the reader.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Final
@@ -27,6 +28,11 @@ from typing import Final
 from engines.events import GenerationEvent
 from gateway.admission import RETRY_AFTER_S, Reason
 from gateway.errors import OpenAIError
+
+log = logging.getLogger(__name__)
+
+# How long an engine may take to end a request it was told to abort.
+ABORT_GRACE_S = 5.0
 
 
 class Idle:
@@ -142,4 +148,8 @@ class EventPump:
             self._task.cancel()
         # wait(), not await: the task's outcome is not ours to raise, but our own
         # cancellation (the reader's task being cancelled) must still propagate.
-        await asyncio.wait({self._task})
+        # Bounded: an engine that ignores its abort must not hold the request for good.
+        _, stuck = await asyncio.wait({self._task}, timeout=ABORT_GRACE_S)
+        if stuck:
+            log.error("an engine request did not end within %g s of its abort; left behind",
+                      ABORT_GRACE_S)

@@ -8,7 +8,6 @@ takes minutes; requests that arrive before their engine is up get a clear 503.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,10 +23,14 @@ from gateway.dispatch import CompletionObserver, Dispatcher, ModeInfo, Routing
 from gateway.errors import unavailable
 from gateway.serving import Limits
 from policies.base import Policy
+from policies.bounded import stop_tasks
 from policies.shared_state import SharedPolicyState
 from policies.store.base import ReplicaLoad
 
 log = logging.getLogger(__name__)
+
+# How long the cancelled engine supervisor may take to end at shutdown.
+STOP_SUPERVISOR_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -151,9 +154,7 @@ class Runtime:
 
     async def shutdown(self) -> None:
         if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
+            await stop_tasks([self._supervisor], STOP_SUPERVISOR_S, "engine supervisor")
         for name, engine in self.engines.items():
             try:
                 await engine.shutdown()

@@ -73,6 +73,7 @@ class SharedPolicyState:
         self._wins = 0
         self._classes: set[str] = {DEFAULT_WORKLOAD_CLASS}
         self._settings_listeners: list[Callable[[AdaptiveSettings], None]] = []
+        self._stopping = False
 
     # --- request path: local, no I/O -------------------------------------------------
 
@@ -206,9 +207,14 @@ class SharedPolicyState:
 
     # --- background: talk to the store ------------------------------------------------
 
+    def stop(self) -> None:
+        """End ``run()`` at its next turn. Cancel its task too: this is for when the
+        cancellation is lost in a store's library (see ``policies/bounded.py``)."""
+        self._stopping = True
+
     async def run(self) -> None:
         failures = 0
-        while True:
+        while not self._stopping:
             try:
                 ok = await self.sync_once()
             except Exception:  # a bug here must not end learning for good

@@ -17,9 +17,11 @@ from gateway.runtime import Components
 from gateway.settings import Settings
 from policies.store.base import PolicyStore
 from tests.fakes.engine import FakeEngine, FakeTokenizer
+from tests.hang_guard import pytest_timeout_cancel_timer, pytest_timeout_set_timer
 from tests.redis_server import RedisServer
 
 MODEL = "fake-model"
+__all__ = ["pytest_timeout_cancel_timer", "pytest_timeout_set_timer"]  # hooks, see hang_guard
 FAKE_MODE_INFO = {"standard": ModeInfo(), "ngram": ModeInfo("ngram", 4),
                   "eagle3": ModeInfo("eagle3", 3), "dflash": ModeInfo("dflash", 4)}
 

@@ -17,7 +17,9 @@ Key schema, everything under a configurable prefix ``P`` (default ``specgate``):
 
 Sums are updated by a Lua script (atomic: concurrent replicas never lose each
 other's additions); settings and their version change in one MULTI/EXEC.
-Every call is bounded in time and raises ``StoreUnavailable`` on any failure.
+Every call is bounded in time and raises ``StoreUnavailable`` on any failure;
+each runs in a task of its own (``policies.bounded``), so neither its bound nor
+a caller's cancellation can be lost inside redis-py.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from policies.bounded import bounded, stop_tasks
 from policies.store.base import (
     AcceptanceSums,
     OutputLengthSums,
@@ -73,14 +76,20 @@ class RedisStore(PolicyStore):
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
             retry_on_timeout=False, decode_responses=True, health_check_interval=0)
         self._add = self._redis.register_script(_ADD_DECAYED)
+        # Calls given up on (timed out, or their caller cancelled) that have not
+        # ended yet: close() stops them for good.
+        self._calls: set[asyncio.Task[Any]] = set()
 
     def _k(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
 
     async def _bounded(self, op: Callable[[], Awaitable[T]]) -> T:
+        # Not `async with asyncio.timeout(...): await op()`: on Python 3.11 redis-py
+        # can swallow the cancellation that timeout (or a caller) sends into it,
+        # and the call then runs unbounded (a background loop cancelled at
+        # shutdown ran on for ever, and the shutdown waited on it).
         try:
-            async with asyncio.timeout(self.timeout_s * 4):
-                return await op()
+            return await bounded(op, self.timeout_s * 4, self._calls)
         except (RedisError, OSError, TimeoutError) as e:
             await self._drop_connections()
             raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
@@ -91,8 +100,8 @@ class RedisStore(PolicyStore):
         next command would read as its own and time out on, again and again. After
         any failure, every connection goes; the next call opens fresh ones."""
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await self._redis.connection_pool.disconnect(inuse_connections=True)
+            await bounded(lambda: self._redis.connection_pool.disconnect(inuse_connections=True),
+                          self.timeout_s, self._calls)
         except (RedisError, OSError, TimeoutError):
             pass
 
@@ -212,8 +221,8 @@ class RedisStore(PolicyStore):
     async def close(self) -> None:
         # Bounded like every other call: closing waits for each pooled socket to
         # close, and a gateway must not hang its shutdown on a Redis that went away.
+        await stop_tasks(self._calls, self.timeout_s, "redis call")
         try:
-            async with asyncio.timeout(self.timeout_s * 4):
-                await self._redis.aclose()
+            await bounded(self._redis.aclose, self.timeout_s * 4)
         except (RedisError, OSError, TimeoutError):
             pass
