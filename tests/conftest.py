@@ -19,9 +19,14 @@ from policies.store.base import PolicyStore
 from tests.fakes.engine import FakeEngine, FakeTokenizer
 from tests.hang_guard import pytest_timeout_cancel_timer, pytest_timeout_set_timer
 from tests.redis_server import RedisServer
+from tests.tiers import pytest_collection_modifyitems
+
+# Hooks defined elsewhere, found here by name: per-tier timeouts, and the dump of
+# asyncio tasks and threads before one fires.
+__all__ = ["pytest_collection_modifyitems", "pytest_timeout_cancel_timer",
+           "pytest_timeout_set_timer"]
 
 MODEL = "fake-model"
-__all__ = ["pytest_timeout_cancel_timer", "pytest_timeout_set_timer"]  # hooks, see hang_guard
 FAKE_MODE_INFO = {"standard": ModeInfo(), "ngram": ModeInfo("ngram", 4),
                   "eagle3": ModeInfo("eagle3", 3), "dflash": ModeInfo("dflash", 4)}
 

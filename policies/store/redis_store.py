@@ -221,7 +221,9 @@ class RedisStore(PolicyStore):
     async def close(self) -> None:
         # Bounded like every other call: closing waits for each pooled socket to
         # close, and a gateway must not hang its shutdown on a Redis that went away.
-        await stop_tasks(self._calls, self.timeout_s, "redis call")
+        # Calls given up on end first: one still connecting would otherwise open
+        # a socket after the pool was closed, and leak it.
+        await stop_tasks(self._calls, self.timeout_s * 4, "redis call")
         try:
             await bounded(self._redis.aclose, self.timeout_s * 4)
         except (RedisError, OSError, TimeoutError):
