@@ -48,6 +48,10 @@ async def bounded(make: Callable[[], Awaitable[T]], limit_s: float,
             task.cancel()
     if not task.done():
         raise TimeoutError(f"not done within {limit_s:g} s")
+    if task.cancelled():
+        # By its owner (stop_tasks at close), not by our caller, who is still here:
+        # a CancelledError would read as the caller's own cancellation.
+        raise TimeoutError("stopped before it was done")
     return task.result()
 
 

@@ -21,9 +21,12 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 @contextlib.asynccontextmanager
 async def replicas(redis: RedisServer, token_delay_s: float = 0.0
                    ) -> AsyncIterator[tuple[FakeGateway, FakeGateway]]:
+    # A killed Redis refuses connections at once, so the bound does not slow the
+    # outage down; at 0.1 s, a loaded machine (one event loop serving both replicas
+    # and twelve clients) timed out a read after the restart: a second "outage".
     def settings(name: str) -> Settings:
         return Settings(redis_url=redis.url, admin_key=KEY, replica_id=name,  # type: ignore[arg-type]
-                        redis_timeout_s=0.1)
+                        redis_timeout_s=0.5)
     a_cm = serve(fake_engines(token_delay_s), settings=settings("a"))
     b_cm = serve(fake_engines(token_delay_s), settings=settings("b"))
     a = await anext(a_cm)

@@ -63,3 +63,12 @@ async def test_stop_tasks_waits_for_those_that_stop() -> None:
     task = asyncio.create_task(asyncio.sleep(60))
     assert await stop_tasks([task], 1.0) == []
     assert task.cancelled()
+
+
+async def test_work_stopped_by_its_owner_is_a_timeout_to_the_caller() -> None:
+    running: set[asyncio.Task[object]] = set()
+    caller = asyncio.create_task(bounded(lambda: asyncio.sleep(60), 60, running))
+    await asyncio.sleep(0.01)
+    assert await stop_tasks(running, 1.0) == []
+    with pytest.raises(TimeoutError, match="stopped"):
+        await caller
