@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(BACKEND)
 ARGS ?=
 
-.PHONY: install serve prepare test test-fast lint bench soak clean
+LOAD_VENV ?= .venv-load
+
+.PHONY: install serve prepare test test-fast lint bench soak loadtest clean
 
 install: $(STAMP)
 
@@ -43,5 +45,18 @@ bench: install
 soak: install
 	$(PY) -m bench.soak
 
+# guidellm and aiperf against a running gateway (`make serve` first), each with its
+# default request shapes; LOAD_* variables in scripts/loadtest.sh. Their own venv:
+# their pins (rich, pillow, prometheus-client, ...) must not move the gateway's.
+loadtest: $(LOAD_VENV)/.installed
+	LOAD_VENV=$(LOAD_VENV) bash scripts/loadtest.sh
+
+# torch: guidellm needs it; 2.13.0 is the CPU build pip finds with the gateway's (see install.sh).
+$(LOAD_VENV)/.installed:
+	python3 -m venv $(LOAD_VENV)
+	$(LOAD_VENV)/bin/python -m pip install --progress-bar off "torch==2.13.0" \
+		guidellm==0.8.1 aiperf==0.13.0
+	touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOAD_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -187,6 +187,20 @@ class RemoteVllmEngine(Engine):
             body["stop"] = list(o.stop)
         if o.logprobs is not None:
             body["logprobs"] = o.logprobs
+        # vLLM's extras, sent only when they differ from its defaults.
+        extras: dict[str, Any] = {
+            "top_k": o.top_k or None, "min_p": o.min_p or None,
+            "repetition_penalty": None if o.repetition_penalty == 1.0 else o.repetition_penalty,
+            "min_tokens": o.min_tokens or None, "ignore_eos": o.ignore_eos or None,
+            "logit_bias": {str(t): b for t, b in o.logit_bias} or None,
+            "stop_token_ids": list(o.stop_token_ids) or None,
+            "include_stop_str_in_output": o.include_stop_str_in_output or None,
+            "skip_special_tokens": None if o.skip_special_tokens else False,
+            "spaces_between_special_tokens": None if o.spaces_between_special_tokens
+            else False,
+            "allowed_token_ids": list(o.allowed_token_ids) if o.allowed_token_ids else None,
+            "bad_words": list(o.bad_words) or None, "cache_salt": request.cache_salt}
+        body.update({k: v for k, v in extras.items() if v is not None})
         return body
 
 

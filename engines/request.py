@@ -17,6 +17,19 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     # None: no logprobs. 0: the chosen token's logprob only. k: plus the top k.
     logprobs: int | None = None
+    # vLLM's sampling extras, with its neutral defaults.
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +37,4 @@ class GenerationRequest:
     request_id: str
     prompt_token_ids: tuple[int, ...]
     sampling: SamplingOptions
+    cache_salt: str | None = None       # salts the engine's prefix cache

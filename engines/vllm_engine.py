@@ -98,7 +98,8 @@ class VllmEngine(Engine):
         self._in_flight += 1
         try:
             outputs = self._llm.generate(
-                tokens_input(list(request.prompt_token_ids)), params, request.request_id)
+                tokens_input(list(request.prompt_token_ids), cache_salt=request.cache_salt),
+                params, request.request_id)
             async with aclosing(outputs):
                 try:
                     async for out in outputs:
@@ -139,6 +140,15 @@ class VllmEngine(Engine):
                 stop=list(o.stop) or None, max_tokens=o.max_tokens,
                 presence_penalty=o.presence_penalty,
                 frequency_penalty=o.frequency_penalty, logprobs=o.logprobs,
+                top_k=o.top_k, min_p=o.min_p, repetition_penalty=o.repetition_penalty,
+                min_tokens=o.min_tokens, ignore_eos=o.ignore_eos,
+                logit_bias=dict(o.logit_bias) or None,
+                stop_token_ids=list(o.stop_token_ids) or None,
+                include_stop_str_in_output=o.include_stop_str_in_output,
+                skip_special_tokens=o.skip_special_tokens,
+                spaces_between_special_tokens=o.spaces_between_special_tokens,
+                allowed_token_ids=list(o.allowed_token_ids) if o.allowed_token_ids else None,
+                bad_words=list(o.bad_words) or None,
                 output_kind=RequestOutputKind.DELTA)
         except ValueError as e:
             raise InvalidGenerationRequest(str(e)) from e

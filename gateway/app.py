@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from gateway import health, models
+from gateway.access_log import AccessLogMiddleware
 from gateway.admin import router as admin_router
 from gateway.admission import Admission
 from gateway.auth import ApiKeyMiddleware
@@ -135,6 +136,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
                        protected=set(OPERATIONAL_ENDPOINTS) - set(settings.public_endpoints),
                        count_error=metrics.on_error)
     app.add_middleware(ResponseMetricsMiddleware, metrics=metrics)
+    app.add_middleware(AccessLogMiddleware)
     for module in (health, models, chat_router, completions_router, admin_router):
         app.include_router(module.router)
     app.include_router(metrics.router)

@@ -87,8 +87,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"SpecGate serving '{app.state.runtime.model_name}' on "
           f"http://{settings.host}:{settings.port} (engines start in the background; "
           f"GET /ready turns 200 when all are up)", flush=True)
+    # access_log off: gateway/access_log.py writes the access line (with error codes).
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
-                            log_level=settings.log_level,
+                            log_level=settings.log_level, access_log=False,
                             timeout_graceful_shutdown=FLUSH_TIMEOUT_S)
     DrainingServer(config, app.state.drain).run()
 

@@ -10,6 +10,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -17,8 +18,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from gateway.disconnect import ClientDisconnected
+from gateway.fields import UNSUPPORTED
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,17 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+# Where an error response notes what it said, for the access log (gateway/access_log.py).
+ERROR_SCOPE_KEY = "specgate.error"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorNote:
+    type: str
+    code: str | None
+    param: str | None
+
+
 class EnvelopeResponse(JSONResponse):
     """JSON rendered ASCII-only, so that no echoed input can make rendering fail.
 
@@ -52,9 +66,19 @@ class EnvelopeResponse(JSONResponse):
     a 400 into a 500. Escaped, it is valid JSON that every client decodes.
     """
 
+    note: ErrorNote | None = None
+
     def render(self, content: Any) -> bytes:
+        error = content.get("error") if isinstance(content, dict) else None
+        if isinstance(error, dict):
+            self.note = ErrorNote(str(error.get("type")), error.get("code"), error.get("param"))
         return json.dumps(content, ensure_ascii=True, allow_nan=False,
                           separators=(",", ":")).encode("ascii")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.note is not None:
+            scope[ERROR_SCOPE_KEY] = self.note
+        await super().__call__(scope, receive, send)
 
 
 class OpenAIError(Exception):
@@ -155,6 +179,14 @@ def _body_message(error: Any) -> str | None:
     return f"the request body must be a JSON object, not {_JSON_KINDS.get(type(given), 'that')}"
 
 
+def _unsupported(errors: list[Any]) -> tuple[str, str] | None:
+    """A field refused by the table in gateway/fields.py: (message, param)."""
+    first = errors[0] if errors else {}
+    if first.get("type") != UNSUPPORTED:
+        return None
+    return _clean(str(first.get("msg"))), str((first.get("ctx") or {}).get("param"))
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = list(exc.errors())
     if not errors:
@@ -208,6 +240,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        unsupported = _unsupported(errors)
+        if unsupported is not None:
+            count(request, "invalid_request_error", UNSUPPORTED)
+            return EnvelopeResponse(error_body(unsupported[0], "invalid_request_error",
+                                               unsupported[1], UNSUPPORTED), status_code=400)
         message, param = _validation_message(exc)
         count(request, "invalid_request_error", "validation")
         return EnvelopeResponse(error_body(message, "invalid_request_error", param),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -11,7 +11,10 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
+    model_validator,
 )
+
+from gateway.fields import Endpoint, drop_refused
 
 
 def _valid_unicode(value: str) -> str:
@@ -32,6 +35,21 @@ Text = Annotated[str, _UNICODE]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256), _UNICODE]
 StopString = Name
 User = Annotated[str, StringConstraints(max_length=512), _UNICODE]
+# Token ids are checked against the vocabulary once the tokenizer is known.
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+
+
+def _token_id_key(key: str) -> str:
+    if not (key.isascii() and key.isdigit() and len(key) <= 10) or key != str(int(key)):
+        raise ValueError("keys must be token ids written as decimal strings, like \"50256\"")
+    return key
+
+
+# logit_bias keys: token ids written as JSON object keys, as OpenAI specifies.
+TokenIdKey = Annotated[str, AfterValidator(_token_id_key)]
+# vLLM's limits: at most 128 characters, none of '@', '/', '\\' or NUL.
+CacheSalt = Annotated[str, StringConstraints(min_length=1, max_length=128,
+                                             pattern=r"^[^@/\\\x00]+$"), _UNICODE]
 
 
 class WireModel(BaseModel):
@@ -45,12 +63,32 @@ class WireModel(BaseModel):
 
 
 class StreamOptions(WireModel):
-    include_usage: bool = False
+    include_usage: bool | None = False
+    # vLLM's: with include_usage, every chunk carries the usage so far.
+    continuous_usage_stats: bool | None = False
     include_obfuscation: bool | None = None  # sent by newer SDKs; nothing to obfuscate here
 
 
+class ResponseFormat(WireModel):
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def _text_only(cls, kind: str) -> str:
+        if kind != "text":
+            raise ValueError("only 'text' is supported: structured output (json_object, "
+                             "json_schema, structural_tag) is not offered by this gateway")
+        return kind
+
+
 class SamplingFields(WireModel):
-    """Fields both endpoints share, with OpenAI's documented ranges."""
+    """Fields both endpoints share, with OpenAI's and vLLM's documented ranges.
+
+    What each field does, and which vLLM fields are refused and why, is the
+    table in ``gateway/fields.py``.
+    """
+
+    endpoint: ClassVar[Endpoint]
 
     model: Name
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -64,6 +102,39 @@ class SamplingFields(WireModel):
     stream_options: StreamOptions | None = None
     user: User | None = None
     metadata: dict[Text, Text] | None = None
+    response_format: ResponseFormat | None = None
+    # vLLM's sampling extras.
+    top_k: int | None = Field(None, ge=-1, le=2**31 - 1)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=100.0)
+    min_tokens: int = Field(0, ge=0)
+    ignore_eos: bool = False
+    logit_bias: dict[TokenIdKey, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = \
+        Field(None, max_length=1024)
+    stop_token_ids: list[TokenId] | None = Field(None, max_length=256)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    allowed_token_ids: list[TokenId] | None = Field(None, min_length=1, max_length=262_144)
+    bad_words: list[Name] | None = Field(None, max_length=256)
+    cache_salt: CacheSalt | None = None
+    # Prompt shaping, applied by the gateway (it tokenizes for every engine).
+    add_special_tokens: bool | None = None     # None: vLLM's default for the endpoint
+    truncate_prompt_tokens: int | None = Field(None, ge=-1, le=2**63 - 1)
+    truncation_side: Literal["left", "right"] | None = None
+    # Accepted as vLLM accepts them; they change nothing here (gateway/fields.py says why).
+    length_penalty: float = 1.0
+    watermarking: bool | None = None
+    session_id: User | None = None
+    routed_experts_prompt_start: int = Field(0, ge=0, le=2**63 - 1)
+    return_token_offsets: bool | None = False
+    mm_payload: Literal["tensors", "none"] = "tensors"
+    return_mm_kwargs: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unsupported(cls, data: Any) -> Any:
+        return drop_refused(data, cls.endpoint)
 
     @field_validator("stop")
     @classmethod
@@ -71,6 +142,13 @@ class SamplingFields(WireModel):
         if isinstance(stop, list) and len(stop) > 4:
             raise ValueError("at most 4 stop sequences are allowed")
         return stop
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def continuous_usage(self) -> bool:
+        o = self.stream_options
+        return bool(o and o.include_usage and o.continuous_usage_stats)
 
     def stop_tuple(self) -> tuple[str, ...]:
         if self.stop is None:

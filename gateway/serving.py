@@ -18,12 +18,14 @@ from typing import Any
 
 from engines.base import EngineError
 from engines.events import Failed, Finished, TextDelta, TokenLogprob
-from engines.request import GenerationRequest, SamplingOptions
+from engines.request import GenerationRequest
+from engines.tokenizer import Tokenizer
 from gateway import keepalive
 from gateway.dispatch import Dispatcher, OpenStream
 from gateway.errors import OpenAIError, bad_request
 from gateway.protocol import SamplingFields, usage
 from gateway.pump import Idle, Interrupted
+from gateway.sampling import sampling_options, truncate_prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +91,10 @@ class EngineFailedError(Exception):
 class Serving(ABC):
     id_prefix: str
 
-    def __init__(self, dispatcher: Dispatcher, model_name: str, limits: Limits) -> None:
+    def __init__(self, dispatcher: Dispatcher, model_name: str, limits: Limits,
+                 tokenizer: Tokenizer) -> None:
         self.dispatcher = dispatcher
+        self.tokenizer = tokenizer
         self.model_name = model_name
         self.limits = limits
         # Told about errors that reach the client inside a 200 stream, which the
@@ -131,7 +135,7 @@ class Serving(ABC):
         workload_class = self.dispatcher.parse_workload_class(
             headers.workload_class, "x-workload-class") or self.dispatcher.parse_workload_class(
             (wire.metadata or {}).get("workload_class"), "metadata.workload_class")
-        prompt = self.prompt_token_ids(wire)
+        prompt = truncate_prompt(wire, self.prompt_token_ids(wire), self.limits.max_model_len)
         requested, logprobs_k = self.sampling_extras(wire)
         max_tokens = self._check_length(len(prompt), requested)
         n = wire.n or 1
@@ -140,12 +144,9 @@ class Serving(ABC):
         request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         generation = GenerationRequest(
             request_id=request_id, prompt_token_ids=tuple(prompt),
-            sampling=SamplingOptions(
-                max_tokens=max_tokens,
-                temperature=1.0 if wire.temperature is None else wire.temperature,
-                top_p=1.0 if wire.top_p is None else wire.top_p, seed=wire.seed,
-                stop=wire.stop_tuple(), n=n, presence_penalty=wire.presence_penalty or 0.0,
-                frequency_penalty=wire.frequency_penalty or 0.0, logprobs=logprobs_k))
+            sampling=sampling_options(wire, max_tokens=max_tokens, n=n, logprobs=logprobs_k,
+                                      vocab_size=self.tokenizer.vocab_size),
+            cache_salt=wire.cache_salt)
         routing = self.dispatcher.decide(override, len(prompt), requested, workload_class,
                                          request_id)
         stream = await self.dispatcher.open(
@@ -194,8 +195,9 @@ class Serving(ABC):
     async def sse(self, call: Call) -> AsyncIterator[str]:
         """The SSE body: chunks, keep-alive comments while silent, and ``[DONE]`` last,
         whatever happened (a failure or an interruption is an error event first)."""
-        include_usage = bool(call.wire.stream_options and call.wire.stream_options.include_usage)
-        extra = {"usage": None} if include_usage else {}
+        include_usage = call.wire.include_usage()
+        continuous = call.wire.continuous_usage()
+        extra: dict[str, Any] = {"usage": None} if include_usage else {}
         stream = call.stream
         try:
             while True:
@@ -211,6 +213,8 @@ class Serving(ABC):
                 elif isinstance(event, TextDelta):
                     state = call.choices[event.index]
                     state.add(event)
+                    if continuous:  # vLLM's continuous_usage_stats: usage so far, every chunk
+                        extra = {"usage": _usage_so_far(call)}
                     for choice in self.chunk_choices(call, state, event):
                         yield _sse(self._chunk(call, [choice], extra))
                 elif isinstance(event, Failed):
@@ -241,6 +245,10 @@ class Serving(ABC):
                extra: dict[str, Any]) -> dict[str, Any]:
         return {"id": call.id, "object": self.chunk_object(), "created": call.created,
                 "model": call.model, "choices": choices, **extra}
+
+
+def _usage_so_far(call: Call) -> dict[str, Any]:
+    return usage(len(call.generation.prompt_token_ids), sum(c.tokens for c in call.choices))
 
 
 def _sse(payload: dict[str, Any]) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, JsonValue, field_validator, model_validator
 
-from gateway.protocol import Name, SamplingFields, Text, WireModel
+from gateway.fields import Endpoint
+from gateway.protocol import Name, SamplingFields, Text, User, WireModel
 
 
 class TextPart(WireModel):
@@ -33,20 +34,54 @@ class ChatMessage(WireModel):
         return "".join(part.text for part in self.content)
 
 
-class ResponseFormat(WireModel):
-    type: Literal["text"]
+# Names apply_chat_template takes itself: as template kwargs they would collide with them.
+_TEMPLATE_CALL_ARGS = frozenset({
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+    "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"})
+
+
+def _template_variable(name: str) -> str:
+    if not (name.isascii() and name.isidentifier() and len(name) <= 64):
+        raise ValueError("template variable names must be identifiers of at most 64 characters")
+    return name
+
+
+TemplateKwarg = Annotated[str, AfterValidator(_template_variable)]
 
 
 class ChatCompletionRequest(SamplingFields):
+    endpoint: ClassVar[Endpoint] = "chat"
+
     messages: list[ChatMessage] = Field(min_length=1, max_length=4096)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    response_format: ResponseFormat | None = None
-    # Accepted for SDK compatibility; they change nothing here.
+    # The chat template's inputs (vLLM's fields, with its defaults).
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    documents: list[dict[Text, Text]] | None = Field(None, max_length=256)
+    chat_template_kwargs: dict[TemplateKwarg, JsonValue] | None = Field(None, max_length=64)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh",
+                              "max"] | None = None
+    modalities: list[Literal["text"]] | None = Field(None, max_length=4)
+    # Accepted for SDK compatibility; they change nothing here (gateway/fields.py).
     store: bool | None = None
     parallel_tool_calls: bool | None = None
+    include_reasoning: bool = True
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    prompt_cache_key: User | None = None
+    safety_identifier: User | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _not_call_args(cls, kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+        taken = sorted(set(kwargs or ()) & _TEMPLATE_CALL_ARGS)
+        if taken:
+            raise ValueError(f"{taken[0]!r} cannot be passed as a template variable here")
+        return kwargs
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
@@ -54,7 +89,22 @@ class ChatCompletionRequest(SamplingFields):
             raise ValueError("'top_logprobs' requires 'logprobs' to be true")
         if self.stream_options is not None and not self.stream:
             raise ValueError("'stream_options' is only allowed when 'stream' is true")
+        if self.continue_final_message and self.add_generation_prompt:
+            raise ValueError("'continue_final_message' needs 'add_generation_prompt': false")
+        if self.continue_final_message and self.messages[-1].role != "assistant":
+            raise ValueError("'continue_final_message' needs an assistant message last")
         return self
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """Variables for the chat template besides the messages, as vLLM passes them."""
+        kwargs: dict[str, Any] = dict(self.chat_template_kwargs or {})
+        if self.documents is not None:
+            kwargs["documents"] = self.documents
+        if self.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = self.reasoning_effort
+            # Templates that need an explicit opt-in to think (vLLM does the same).
+            kwargs.setdefault("enable_thinking", self.reasoning_effort != "none")
+        return kwargs
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None \

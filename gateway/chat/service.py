@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from engines.events import Finished, TextDelta
-from engines.tokenizer import ChatTemplateError, ChatTurn, Tokenizer
+from engines.tokenizer import ChatTemplateError, ChatTemplateOptions, ChatTurn
 from gateway.chat.protocol import ChatCompletionRequest, chat_logprobs
-from gateway.dispatch import Dispatcher
 from gateway.errors import bad_request
 from gateway.protocol import usage
-from gateway.serving import Call, ChoiceState, Limits, Serving
+from gateway.serving import Call, ChoiceState, Serving
 
 # Roles the model's template knows; OpenAI's "developer" is its "system".
 _TEMPLATE_ROLE = {"developer": "system"}
@@ -19,15 +18,15 @@ _TEMPLATE_ROLE = {"developer": "system"}
 class ChatService(Serving):
     id_prefix = "chatcmpl"
 
-    def __init__(self, dispatcher: Dispatcher, model_name: str, limits: Limits,
-                 tokenizer: Tokenizer) -> None:
-        super().__init__(dispatcher, model_name, limits)
-        self.tokenizer = tokenizer
-
     def prompt_token_ids(self, wire: ChatCompletionRequest) -> list[int]:
         turns = [ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text()) for m in wire.messages]
+        options = ChatTemplateOptions(
+            add_generation_prompt=wire.add_generation_prompt,
+            continue_final_message=wire.continue_final_message,
+            add_special_tokens=bool(wire.add_special_tokens),  # vLLM's chat default: false
+            variables=wire.template_kwargs())
         try:
-            return self.tokenizer.render_chat(turns)
+            return self.tokenizer.render_chat(turns, options)
         except ChatTemplateError as e:
             raise bad_request(str(e), param="messages") from e
 

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
+from gateway.fields import Endpoint
 from gateway.protocol import SamplingFields, Text
 
 
 class CompletionRequest(SamplingFields):
+    endpoint: ClassVar[Endpoint] = "completions"
+
     # One prompt: a string, or token ids. A list holding one string is accepted
     # because SDKs often wrap a single prompt that way.
     prompt: Text | list[Text] | list[int] = Field(union_mode="left_to_right")
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
-    echo: bool | None = False
     best_of: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
@@ -25,8 +27,6 @@ class CompletionRequest(SamplingFields):
                 raise ValueError("'prompt' must not be empty")
             if isinstance(self.prompt[0], str) and len(self.prompt) != 1:
                 raise ValueError("send one prompt per request (batched prompts are not supported)")
-        if self.echo:
-            raise ValueError("'echo' is not supported")
         if self.best_of is not None and self.best_of != (self.n or 1):
             raise ValueError("'best_of' other than 'n' is not supported")
         if self.stream_options is not None and not self.stream:

@@ -5,26 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from engines.events import Finished, TextDelta
-from engines.tokenizer import Tokenizer
 from gateway.completions.protocol import CompletionRequest, completion_logprobs
-from gateway.dispatch import Dispatcher
 from gateway.errors import bad_request
 from gateway.protocol import usage
-from gateway.serving import Call, ChoiceState, Limits, Serving
+from gateway.serving import Call, ChoiceState, Serving
 
 
 class CompletionService(Serving):
     id_prefix = "cmpl"
 
-    def __init__(self, dispatcher: Dispatcher, model_name: str, limits: Limits,
-                 tokenizer: Tokenizer) -> None:
-        super().__init__(dispatcher, model_name, limits)
-        self.tokenizer = tokenizer
-
     def prompt_token_ids(self, wire: CompletionRequest) -> list[int]:
         ids = wire.prompt_ids()
         if ids is None:
-            return self.tokenizer.encode(wire.prompt_text() or "")
+            # vLLM's completions default: the tokenizer's special tokens (BOS) are added.
+            add_special = True if wire.add_special_tokens is None else wire.add_special_tokens
+            return self.tokenizer.encode(wire.prompt_text() or "", add_special)
         vocab = self.tokenizer.vocab_size
         if any(t < 0 or t >= vocab for t in ids):
             raise bad_request(f"prompt token ids must be in [0, {vocab})",

@@ -22,7 +22,7 @@ from engines.events import (
 )
 from engines.request import GenerationRequest
 from engines.stats import EngineStats, SpecDecodeCounters
-from engines.tokenizer import ChatTurn
+from engines.tokenizer import ChatTemplateOptions, ChatTurn
 
 WORDS = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", ".")
 
@@ -32,11 +32,19 @@ class FakeTokenizer:
 
     vocab_size = 0x110000
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        # Like SmolLM2's tokenizer, it has no special tokens to add.
         return [ord(c) for c in text]
 
-    def render_chat(self, turns: Sequence[ChatTurn]) -> list[int]:
-        return self.encode("".join(f"<{t.role}>{t.content}\n" for t in turns) + "<assistant>")
+    def render_chat(self, turns: Sequence[ChatTurn],
+                    options: ChatTemplateOptions | None = None) -> list[int]:
+        options = options or ChatTemplateOptions()
+        text = "".join(f"<{t.role}>{t.content}\n" for t in turns)
+        if options.continue_final_message:
+            text = text.removesuffix("\n")
+        elif options.add_generation_prompt:
+            text += "<assistant>"
+        return self.encode(text, options.add_special_tokens)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return "".join(chr(i) for i in token_ids)

@@ -183,7 +183,46 @@ SHARED_FIELDS: list[tuple[str, dict[str, Any], str | None]] = [
     ("metadata-not-object", {"metadata": "x"}, "metadata"),
     ("metadata-bad-class", {"metadata": {"workload_class": "no spaces"}},
      "metadata.workload_class"),
-    ("unknown-field", {"logit_bias": {"1": 100}}, "logit_bias"),
+    ("unknown-field", {"logit_bais": {"1": 100}}, "logit_bais"),
+    # vLLM's extras: accepted, and as strict as the OpenAI fields.
+    *[(f"logit_bias={v!r}", {"logit_bias": v}, p) for v, p in (
+        ({"x": 1}, "logit_bias.x"), ({"-1": 1}, "logit_bias"),
+        ({"01": 1}, "logit_bias"), ({"1": 101}, "logit_bias"),
+        ({"1": NAN}, "logit_bias"), ({"1": "5"}, "logit_bias"), ([1], "logit_bias"),
+        ({"1114112": 1}, "logit_bias"))],
+    *[(f"top_k={v!r}", {"top_k": v}, "top_k") for v in (-2, "5", True, 1.5, 2**40)],
+    *[(f"min_p={v!r}", {"min_p": v}, "min_p") for v in (-0.1, 1.5, NAN, "0.1")],
+    *[(f"repetition_penalty={v!r}", {"repetition_penalty": v}, "repetition_penalty")
+      for v in (0, -1, INF, "1.1", 101)],
+    *[(f"min_tokens={v!r}", {"min_tokens": v}, "min_tokens")
+      for v in (-1, "1", True, 1.5, 10**6)],
+    *[(f"{f}={v!r}", {f: v}, f) for f in ("ignore_eos", "include_stop_str_in_output",
+                                           "skip_special_tokens") for v in ("true", 1, None)],
+    *[(f"stop_token_ids={v!r}", {"stop_token_ids": v}, p) for v, p in (
+        ([-1], "stop_token_ids.0"), (["1"], "stop_token_ids.0"),
+        ([True], "stop_token_ids.0"), (5, "stop_token_ids"), ([2**40], "stop_token_ids.0"),
+        ([1114112], "stop_token_ids"))],
+    ("allowed-token-ids-empty", {"allowed_token_ids": []}, "allowed_token_ids"),
+    ("bad-words-empty", {"bad_words": [""]}, "bad_words.0"),
+    *[(f"cache_salt={v!r}", {"cache_salt": v}, "cache_salt")
+      for v in ("", "a/b", "a@b", "x" * 129, 5)],
+    ("truncation-side", {"truncation_side": "middle"}, "truncation_side"),
+    *[(f"truncate_prompt_tokens={v!r}", {"truncate_prompt_tokens": v},
+       "truncate_prompt_tokens") for v in (-2, "5", 10**6)],
+    ("continuous-usage-string", {"stream": True, "stream_options": {
+        "include_usage": True, "continuous_usage_stats": "yes"}},
+     "stream_options.continuous_usage_stats"),
+    # Refused with a reason (gateway/fields.py), whatever the endpoint.
+    ("beam-search", {"use_beam_search": True}, "use_beam_search"),
+    ("beam-search-string", {"use_beam_search": "false"}, "use_beam_search"),
+    ("priority", {"priority": 1}, "priority"),
+    ("priority-bool", {"priority": False}, "priority"),
+    ("structured-outputs", {"structured_outputs": {"regex": "a+"}}, "structured_outputs"),
+    ("vllm-xargs", {"vllm_xargs": {"a": 1}}, "vllm_xargs"),
+    ("prompt-logprobs", {"prompt_logprobs": 1}, "prompt_logprobs"),
+    ("request-id", {"request_id": "mine"}, "request_id"),
+    ("kv-transfer", {"kv_transfer_params": {"a": 1}}, "kv_transfer_params"),
+    ("echo", {"echo": True}, "echo"),
     ("model-missing", {"model": None}, "model"),
     ("model-number", {"model": 5}, "model"),
     ("model-empty", {"model": ""}, "model"),
@@ -260,6 +299,20 @@ CHAT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("response-format-json", {"response_format": {"type": "json_object"}},
      "response_format.type"),
     ("tools", {"tools": [{"type": "function"}]}, "tools"),
+    ("tool-choice", {"tool_choice": "auto"}, "tool_choice"),
+    ("chat-template", {"chat_template": "{{ 7*7 }}"}, "chat_template"),
+    ("template-kwarg-call-arg", {"chat_template_kwargs": {"tokenize": True}},
+     "chat_template_kwargs"),
+    ("template-kwarg-bad-name", {"chat_template_kwargs": {"a b": 1}},
+     "chat_template_kwargs"),
+    ("continue-without-assistant", {"continue_final_message": True,
+                                    "add_generation_prompt": False}, None),
+    ("continue-with-generation-prompt", {"continue_final_message": True}, None),
+    ("reasoning-effort", {"reasoning_effort": "extreme"}, "reasoning_effort"),
+    ("service-tier", {"service_tier": "gold"}, "service_tier"),
+    ("modalities-audio", {"modalities": ["audio"]}, "modalities.0"),
+    ("verbosity", {"verbosity": 1}, "verbosity"),
+    ("mm-processor-kwargs", {"mm_processor_kwargs": {"a": 1}}, "mm_processor_kwargs"),
 ]
 
 
@@ -307,7 +360,7 @@ COMPLETION_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("logprobs-21", {"logprobs": 21}, "logprobs"),
     ("logprobs-negative", {"logprobs": -1}, "logprobs"),
     ("logprobs-bool", {"logprobs": True}, "logprobs"),
-    ("echo", {"echo": True}, None),
+    ("echo", {"echo": True}, "echo"),
     ("best-of", {"best_of": 3}, None),
     ("suffix", {"suffix": "x"}, "suffix"),
 ]
