@@ -88,6 +88,30 @@ async def test_streams_typed_events_with_token_ids_and_acceptance() -> None:
     await engine.shutdown()
 
 
+async def test_vllm_extras_reach_the_server_and_defaults_are_left_out() -> None:
+    server = Server()
+    engine = await started(server)
+    extras = SamplingOptions(
+        max_tokens=3, top_k=5, min_p=0.1, repetition_penalty=1.2, min_tokens=2,
+        ignore_eos=True, logit_bias=((7, -100.0),), stop_token_ids=(9,),
+        include_stop_str_in_output=True, skip_special_tokens=False,
+        spaces_between_special_tokens=False, allowed_token_ids=(1, 2), bad_words=("no",))
+    [e async for e in engine.generate(GenerationRequest("r2", (5,), extras, cache_salt="s"))]
+    [e async for e in engine.generate(REQUEST)]
+    sent, plain = server.bodies
+    assert {k: sent[k] for k in (
+        "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "logit_bias",
+        "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens",
+        "spaces_between_special_tokens", "allowed_token_ids", "bad_words", "cache_salt")} == {
+        "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2, "min_tokens": 2,
+        "ignore_eos": True, "logit_bias": {"7": -100.0}, "stop_token_ids": [9],
+        "include_stop_str_in_output": True, "skip_special_tokens": False,
+        "spaces_between_special_tokens": False, "allowed_token_ids": [1, 2],
+        "bad_words": ["no"], "cache_salt": "s"}
+    assert not {"top_k", "ignore_eos", "logit_bias", "cache_salt", "min_tokens"} & set(plain)
+    await engine.shutdown()
+
+
 async def test_load_and_acceptance_come_from_remote_metrics() -> None:
     server = Server()
     engine = await started(server)
