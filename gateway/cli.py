@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.settings import Settings
+from training.cli import add_parser as add_train_drafter
 
 MASK = "********"
 # After the drain (gateway/shutdown.py) has ended every request, this bounds
@@ -29,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     prepare = sub.add_parser("prepare", help="prepare the embedded model and drafters, then exit")
     prepare.add_argument("--config", help="YAML config file (also SPECGATE_CONFIG)")
+    add_train_drafter(sub)
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     check = config_sub.add_parser("check", help="validate a config file and print the "
@@ -38,8 +40,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
+    # Sub-commands carry flags of their own (train-drafter's); only settings go here.
     overrides: dict[str, Any] = {k: v for k, v in vars(args).items()
-                                 if k not in ("command", "config_command") and v is not None}
+                                 if k in Settings.model_fields and v is not None}
     try:
         return Settings(**overrides)
     except ValidationError as e:
@@ -70,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "config":
         print(resolved_config_yaml(settings), end="")
+        return
+    if args.command == "train-drafter":
+        from training.cli import run as train_drafter
+
+        train_drafter(args, settings.cache_dir)
         return
     if args.command == "prepare":
         from engines.embedded import prepare_embedded

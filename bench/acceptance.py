@@ -1,0 +1,160 @@
+"""Drafter acceptance on the held-out prompts, through real vLLM engines.
+
+For each method (plain decoding, EAGLE-3, DFlash) one vLLM CPU engine serves the
+held-out prompts (training/data/heldout.jsonl, never used in training) one at a
+time, greedy. Per method it reports the mean acceptance length (accepted drafts
+per verification step + 1), the per-position acceptance (share of steps whose
+k-th draft was accepted), completion tokens/s at c = 1 against plain decoding,
+and whether every greedy output matched plain decoding's token for token.
+Methods run one after another, each engine alone on the machine.
+
+    .venv/bin/python -m bench.acceptance [--eagle3 DIR] [--dflash DIR] [--max-tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUT = Path("bench/out/acceptance.json")
+
+
+@dataclass
+class MethodResult:
+    method: str
+    k: int
+    requests: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    drafts: int = 0
+    accepted: int = 0
+    histogram: list[int] = field(default_factory=list)
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [drafts, accepted]
+    mismatches: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def acceptance_length(self) -> float:
+        return 1 + self.accepted / self.drafts if self.drafts else 1.0
+
+    def per_position(self) -> list[float]:
+        total = sum(self.histogram)
+        return [sum(self.histogram[j:]) / total if total else 0.0
+                for j in range(1, len(self.histogram))]
+
+
+def run_method(model_dir: Path, method: str, drafter: Path | None, k: int,
+               prompts: list[tuple[str, list[int]]], max_tokens: int,
+               reference: dict[int, list[int]] | None) -> tuple[MethodResult, dict[int, list[int]]]:
+    from vllm import LLM, SamplingParams
+
+    spec = None if drafter is None else {"method": method, "model": str(drafter),
+                                         "num_speculative_tokens": k}
+    llm = LLM(model=str(model_dir), speculative_config=spec, enforce_eager=True,
+              max_model_len=1024, kv_cache_memory_bytes=1 << 30, seed=0,
+              per_request_spec_decode_metrics="summary" if spec else "none")
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    result = MethodResult(method, k, histogram=[0] * (k + 1))
+    outputs: dict[int, list[int]] = {}
+    llm.generate([{"prompt_token_ids": prompts[0][1]}], params, use_tqdm=False)  # warm-up
+    for i, (kind, ids) in enumerate(prompts):
+        began = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0].outputs[0]
+        result.seconds += time.perf_counter() - began
+        result.requests += 1
+        result.tokens += len(out.token_ids)
+        outputs[i] = list(out.token_ids)
+        if reference is not None and reference[i] != outputs[i]:
+            result.mismatches += 1
+        metrics = getattr(out, "spec_decode_metrics", None)
+        if metrics is not None:
+            hist = list(metrics.histogram)
+            drafts, accepted = sum(hist), sum(j * c for j, c in enumerate(hist))
+            result.drafts += drafts
+            result.accepted += accepted
+            for j, c in enumerate(hist[:k + 1]):
+                result.histogram[j] += c
+            seen = result.by_kind.setdefault(kind, [0, 0])
+            seen[0] += drafts
+            seen[1] += accepted
+    del llm
+    gc.collect()
+    return result, outputs
+
+
+def main(argv: list[str] | None = None) -> None:
+    from engines.embedded import prepare_embedded
+    from engines.tokenizer import ChatTurn, HfTokenizer
+    from gateway.settings import Settings
+    from training.prompts import heldout_prompts
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--eagle3", type=Path, help="EAGLE-3 drafter dir (default: shipped)")
+    parser.add_argument("--dflash", type=Path, help="DFlash drafter dir (default: shipped)")
+    parser.add_argument("--eagle3-k", type=int, default=3)
+    parser.add_argument("--dflash-k", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=int, help="first N held-out prompts per kind")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+
+    embedded = prepare_embedded(Settings().cache_dir)
+    eagle3 = args.eagle3 or embedded.eagle3_dir
+    dflash = args.dflash or embedded.dflash_dir
+    tok = HfTokenizer(str(embedded.target_dir))
+    held = heldout_prompts()
+    if args.limit:
+        held = [p for kind in ("code", "copy", "chat")
+                for p in [q for q in held if q.kind == kind][:args.limit]]
+    prompts = [(p.kind, tok.render_chat([ChatTurn("user", p.text)])) for p in held]
+
+    plain, reference = run_method(embedded.target_dir, "standard", None, 0, prompts,
+                                  args.max_tokens, None)
+    results = [plain]
+    for method, drafter, k in (("eagle3", eagle3, args.eagle3_k),
+                               ("dflash", dflash, args.dflash_k)):
+        results.append(run_method(embedded.target_dir, method, drafter, k, prompts,
+                                  args.max_tokens, reference)[0])
+    report = render(results, len(prompts), args.max_tokens)
+    print(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps([_row(r, plain) for r in results], indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(report + "\n")
+
+
+def _row(r: MethodResult, plain: MethodResult) -> dict[str, Any]:
+    return {**asdict(r), "acceptance_length": r.acceptance_length,
+            "per_position": r.per_position(), "tokens_per_s": r.tokens_per_s,
+            "speedup_vs_plain": r.tokens_per_s / plain.tokens_per_s}
+
+
+def render(results: list[MethodResult], n: int, max_tokens: int) -> str:
+    plain = results[0]
+    lines = [f"Held-out prompts: {n}, greedy, max_tokens {max_tokens}, c = 1, one engine at a "
+             "time.", "",
+             "| method | K | mean acceptance length | per-position acceptance | "
+             "by kind (code / copy / chat) | tokens/s | vs plain | greedy output = plain |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        pos = " / ".join(f"{p:.2f}" for p in r.per_position()) or "–"
+        kinds = " / ".join(
+            f"{1 + r.by_kind[k][1] / r.by_kind[k][0]:.2f}" if r.by_kind.get(k, [0])[0] else "–"
+            for k in ("code", "copy", "chat"))
+        same = "–" if r is plain else f"{r.requests - r.mismatches}/{r.requests}"
+        length = "–" if r is plain else f"{r.acceptance_length:.2f}"
+        lines.append(f"| {r.method} | {r.k or '–'} | {length} | {pos} | "
+                     f"{kinds if r is not plain else '–'} | {r.tokens_per_s:.1f} | "
+                     f"{r.tokens_per_s / plain.tokens_per_s:.2f}x | {same} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""``specgate train-drafter``: every stage in order, each resumable from the work directory.
+
+    specgate train-drafter --method eagle3 --out drafters/
+    specgate train-drafter --method dflash --prompts my_prompts.jsonl --target /models/x
+
+Work directory layout: ``answers.jsonl`` (stage 1), ``features/`` (stage 2),
+``vocab.safetensors``, ``<method>/state.pt`` (stage 3, saved every few steps),
+and the checkpoint in ``--out/<method>`` (stage 4) with its model card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_K = {"eagle3": 3, "dflash": 4}
+MASK_TOKEN = "<empty_output>"  # never produced in chat: DFlash's masked slots
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("train-drafter", help="train an EAGLE-3 or DFlash drafter for the "
+                                             "served model (CPU or GPU)")
+    p.add_argument("--method", choices=["eagle3", "dflash", "both"], required=True)
+    p.add_argument("--target", type=Path, help="target model dir (default: embedded SmolLM2)")
+    p.add_argument("--prompts", type=Path, help="JSONL ({'text': ...}) or one prompt per "
+                                                "line (default: the built-in offline set, "
+                                                "training/data/train.jsonl)")
+    p.add_argument("--limit", type=int, default=1536, help="number of prompts used")
+    p.add_argument("--work-dir", type=Path, help="resumable intermediate outputs "
+                                                 "(default: <cache>/train/<target name>)")
+    p.add_argument("--out", type=Path, default=Path("drafters"), help="checkpoint parent dir")
+    p.add_argument("--k", type=int, help="EAGLE-3 draft length / DFlash masked slots "
+                                         "(block size - 1); default 3 / 4")
+    p.add_argument("--draft-vocab", type=int, default=8192)
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--dflash-layers", type=int, default=2)
+    p.add_argument("--max-answer-tokens", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace, cache_dir: Path) -> None:
+    from training.prompts import builtin_training_prompts, prompts_from_file, save_prompts
+
+    # Stage 0: the prompts, saved once so that a resumed run sees the same list.
+    work = args.work_dir or cache_dir / "train" / (args.target.name if args.target
+                                                   else "SmolLM2-135M-Instruct")
+    snapshot = work / "prompts.jsonl"
+    if not snapshot.exists():
+        source = args.prompts
+        save_prompts(snapshot, (prompts_from_file(source) if source else
+                                builtin_training_prompts())[:args.limit])
+    prompts = prompts_from_file(snapshot)
+
+    from engines.embedded.drafters import special_token_id
+    from training.answers import generate_answers
+    from training.device import training_device
+    from training.export import export_drafter
+    from training.features import extract_features, feature_layers
+    from training.train import TrainConfig, build_model, load_examples, save_metrics, train
+
+    target = args.target or _embedded_target(cache_dir)
+    device = training_device()
+    layers = feature_layers(json.loads((target / "config.json").read_text())
+                            ["num_hidden_layers"])
+    print(f"[1/4] answers: {len(prompts)} prompts -> {work / 'answers.jsonl'}", flush=True)
+    began = time.monotonic()
+    samples = generate_answers(target, prompts, work / "answers.jsonl",
+                               max_answer_tokens=args.max_answer_tokens, seed=args.seed)
+    print(f"[2/4] features: layers {layers} on {device}", flush=True)
+    shards = extract_features(target, samples, work / "features", layers=layers, device=device)
+    vocab = _vocab(work, samples, args.draft_vocab, target)
+    print(f"      draft vocabulary {vocab.size}: covers {vocab.coverage:.1%} of answer tokens")
+    mask_id = special_token_id(target, MASK_TOKEN)
+    for method in (["eagle3", "dflash"] if args.method == "both" else [args.method]):
+        k = args.k or DEFAULT_K[method]
+        cfg = TrainConfig(method=method, epochs=args.epochs, lr=args.lr, steps_ahead=k,
+                          dflash_layers=args.dflash_layers, seed=args.seed)
+        print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
+        examples = load_examples(shards, vocab, cfg.max_len)
+        model = build_model(cfg, target, vocab, len(layers), mask_id)
+        trained = time.monotonic()
+        metrics = train(cfg, model, examples, work / method / "state.pt", device)
+        save_metrics(work / method / "metrics.json", cfg, metrics)
+        out = args.out / method
+        card = {
+            "target": target.name, "method": method,
+            "draft tokens (K)": k, "draft vocabulary": f"{vocab.size} ({vocab.coverage:.1%} "
+                                                       "of answer tokens)",
+            "training samples": len(examples),
+            "training tokens": sum(int(e.tokens.numel()) for e in examples),
+            "epochs": args.epochs, "learning rate": args.lr, "seed": args.seed,
+            "target layers read": layers,
+            "training time (this stage)": f"{time.monotonic() - trained:.0f} s on {device}",
+            "pipeline time so far": f"{time.monotonic() - began:.0f} s",
+            **{k2: round(v, 3) for k2, v in metrics.items()},
+        }
+        print(f"[4/4] writing {out}: {json.dumps(metrics)}", flush=True)
+        export_drafter(method, model, vocab, target, layers, out, block=k + 1,
+                       mask_token_id=mask_id, card=card)
+
+
+def _vocab(work: Path, samples: Any, size: int, target: Path) -> Any:
+    """Built once and saved, so a resumed run trains on the same vocabulary."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from training.vocab import DraftVocab, build_vocab
+
+    path = work / f"vocab-{size}.safetensors"
+    if path.exists():
+        t = load_file(str(path))
+        return DraftVocab(t["draft_to_target"], t["target_to_draft"], float(t["coverage"]))
+    cfg = json.loads((target / "config.json").read_text())
+    eos = cfg.get("eos_token_id", 2)
+    vocab = build_vocab((s.answer_ids for s in samples), size, cfg["vocab_size"],
+                        always=[eos] if isinstance(eos, int) else eos)
+    save_file({"draft_to_target": vocab.draft_to_target,
+               "target_to_draft": vocab.target_to_draft,
+               "coverage": torch.tensor(vocab.coverage)}, str(path))
+    return vocab
+
+
+def _embedded_target(cache_dir: Path) -> Path:
+    from engines.embedded import prepare_embedded
+
+    return prepare_embedded(cache_dir).target_dir

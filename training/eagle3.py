@@ -1,0 +1,136 @@
+"""EAGLE-3 drafter for training, mirroring vLLM's ``llama_eagle3.py`` (one layer).
+
+At position i the drafter reads the target's auxiliary hidden states at i
+(through ``fc``) and the token at i+1, and predicts the token at i+2. Each
+further draft step feeds back the layer's pre-norm output and the previous
+draft token one position later. Training unrolls those steps ("training-time
+test"): step k at index i sees step-0 keys at positions <= i, plus its own
+earlier steps' keys at i, which is exactly what vLLM's KV cache holds when it
+drafts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.layers import MLP, RMSNorm, Rope, masked_ce, repeat_kv
+
+
+@dataclass(frozen=True)
+class Eagle3Shape:
+    hidden: int
+    inter: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    rope_theta: float
+    num_aux: int
+    draft_vocab: int
+
+
+class _Attention(nn.Module):
+    def __init__(self, s: Eagle3Shape) -> None:
+        super().__init__()
+        self.s = s
+        self.q_proj = nn.Linear(2 * s.hidden, s.heads * s.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * s.hidden, s.kv_heads * s.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * s.hidden, s.kv_heads * s.head_dim, bias=False)
+        self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False)
+
+
+class _Layer(nn.Module):
+    def __init__(self, s: Eagle3Shape) -> None:
+        super().__init__()
+        self.self_attn = _Attention(s)
+        self.mlp = MLP(s.hidden, s.inter)
+        self.input_layernorm = RMSNorm(s.hidden, s.eps)
+        self.hidden_norm = RMSNorm(s.hidden, s.eps)
+        self.post_attention_layernorm = RMSNorm(s.hidden, s.eps)
+
+
+class Eagle3Drafter(nn.Module):
+    embed: torch.Tensor
+
+    def __init__(self, s: Eagle3Shape, embed: torch.Tensor) -> None:
+        super().__init__()
+        self.s = s
+        self.midlayer = _Layer(s)
+        self.fc = nn.Linear(s.num_aux * s.hidden, s.hidden, bias=False)
+        self.norm = RMSNorm(s.hidden, s.eps)
+        self.lm_head = nn.Linear(s.hidden, s.draft_vocab, bias=False)
+        self.register_buffer("embed", embed, persistent=False)  # the target's, frozen
+        self.rope = Rope(s.head_dim, s.rope_theta)
+
+    def forward(self, tokens: torch.Tensor, feats: torch.Tensor, labels: torch.Tensor,
+                steps: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """tokens [B, T] target ids; feats [B, T, A*H]; labels [B, T] draft ids (-1: no loss)
+        where labels[:, j] is the draft id of tokens[:, j].
+
+        Returns the weighted loss and per step (summed loss, correct count)."""
+        total = feats.new_zeros(())
+        per_step = []
+        for k, logits in enumerate(self.unroll(tokens, feats, steps)):
+            loss, correct = masked_ce(logits, _shift(labels, 2 + k, fill=-1))
+            per_step.append((loss.detach(), correct))
+            total = total + loss * (0.8 ** k)
+        return total, per_step
+
+    def unroll(self, tokens: torch.Tensor, feats: torch.Tensor,
+               steps: int) -> list[torch.Tensor]:
+        """Draft logits [B, T, V_draft] per step; step k at index i predicts token i+2+k."""
+        s, layer = self.s, self.midlayer
+        b, t = tokens.shape
+        pos = torch.arange(t, device=tokens.device).expand(b, t)
+        h = self.fc(feats)
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        out_logits = []
+        for k in range(steps):
+            tok_in = _shift(tokens, 1 + k, fill=0)
+            emb = layer.input_layernorm(F.embedding(tok_in, self.embed))
+            residual = h
+            x = torch.cat([emb, layer.hidden_norm(h)], dim=-1)
+            a = layer.self_attn
+            q = self.rope(a.q_proj(x).view(b, t, s.heads, s.head_dim), pos + k)
+            keys.append(self.rope(a.k_proj(x).view(b, t, s.kv_heads, s.head_dim), pos + k))
+            values.append(a.v_proj(x).view(b, t, s.kv_heads, s.head_dim))
+            attn = _ttt_attention(q, keys, values, s.heads // s.kv_heads)
+            residual = a.o_proj(attn.reshape(b, t, -1)) + residual
+            out = layer.mlp(layer.post_attention_layernorm(residual)) + residual
+            out_logits.append(self.lm_head(self.norm(out)))
+            h = out  # the pre-norm output is the next step's hidden state
+        return out_logits
+
+
+def _shift(x: torch.Tensor, by: int, fill: int) -> torch.Tensor:
+    out = torch.full_like(x, fill)
+    if by < x.shape[1]:
+        out[:, :x.shape[1] - by] = x[:, by:]
+    return out
+
+
+def _ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
+                   groups: int) -> torch.Tensor:
+    """q [B, T, Hq, d]; keys/values per step [B, T, Hkv, d] -> [B, T, Hq, d]."""
+    t = q.shape[1]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    k0 = repeat_kv(keys[0], groups)
+    v0 = repeat_kv(values[0], groups)
+    # Step-0 keys: causal over the whole sequence.
+    s0 = torch.einsum("bihd,bjhd->bhij", q, k0) * scale
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    s0 = s0.masked_fill(~causal, float("-inf"))
+    # Later steps' keys: only the same index (the draft's own chain).
+    diag = [torch.einsum("bihd,bihd->bhi", q, repeat_kv(kj, groups)).unsqueeze(-1) * scale
+            for kj in keys[1:]]
+    probs = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)
+    out = torch.einsum("bhij,bjhd->bihd", probs[..., :t], v0)
+    for j, vj in enumerate(values[1:]):
+        out = out + probs[..., t + j].permute(0, 2, 1).unsqueeze(-1) * repeat_kv(vj, groups)
+    return out

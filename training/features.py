@@ -1,0 +1,136 @@
+"""Stage 2: the target's hidden states over prompt + answer, saved in shards.
+
+Both drafters read the same layers (``FEATURE_LAYERS``, Hugging Face numbering:
+0 is the embedding output, k the residual stream after layer k-1, which is
+vLLM's auxiliary-layer numbering too), so one pass serves EAGLE-3 and DFlash.
+Computed in bf16 (the served precision), stored as fp16, one safetensors shard
+per ``shard_size`` samples; a rerun skips shards already written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.answers import Sample
+from training.progress import Progress
+
+
+def feature_layers(num_target_layers: int) -> list[int]:
+    """Low, middle and high layers, as vLLM's EAGLE-3 default picks them."""
+    return [2, num_target_layers // 2, num_target_layers - 3]
+
+
+@dataclass
+class Shard:
+    """Samples packed end to end: ``offsets[i]:offsets[i+1]`` is sample i."""
+
+    tokens: torch.Tensor  # [N] int64
+    feats: torch.Tensor  # [N, len(layers) * hidden] fp16
+    offsets: list[int]
+    prompt_lens: list[int]
+
+    def __len__(self) -> int:
+        return len(self.prompt_lens)
+
+    def sample(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return self.tokens[a:b], self.feats[a:b], self.prompt_lens[i]
+
+
+def extract_features(model_dir: Path, samples: Sequence[Sample], out_dir: Path, *,
+                     layers: Sequence[int], shard_size: int = 128, batch_tokens: int = 4096,
+                     device: str = "cpu") -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shards = [samples[i:i + shard_size] for i in range(0, len(samples), shard_size)]
+    paths = [out_dir / f"shard-{n:04d}.safetensors" for n in range(len(shards))]
+    todo = [(p, s) for p, s in zip(paths, shards, strict=True) if not p.exists()]
+    if not todo:
+        return paths
+    model = _target(model_dir, device, keep_layers=max(layers) + 1)
+    total = sum(len(x.prompt_ids) + len(x.answer_ids) for _, s in todo for x in s)
+    bar = Progress("features", total=total, unit="tok")
+    began, seen = time.monotonic(), 0
+    for path, shard in todo:
+        feats: list[torch.Tensor] = []
+        for group in _length_batches(shard, batch_tokens):
+            feats += _forward(model, group, layers, device)
+            n = sum(len(x.prompt_ids) + len(x.answer_ids) for x in group)
+            seen += n
+            bar.advance(n, note=f"{seen / (time.monotonic() - began):.0f} tok/s")
+        order = {id(x): f for x, f in zip(_length_sorted(shard), feats, strict=True)}
+        _save(path, shard, [order[id(x)] for x in shard])
+    bar.close()
+    return paths
+
+
+def load_shard(path: Path) -> Shard:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["specgate"])
+        return Shard(f.get_tensor("tokens"), f.get_tensor("feats"), meta["offsets"],
+                     meta["prompt_lens"])
+
+
+def _target(model_dir: Path, device: str, keep_layers: int) -> Any:
+    """The target in bf16, as vLLM serves it, cut after the last layer read: layers
+    above it cannot change the features (one more is kept so that entry
+    ``max(layers)`` is a plain residual stream, never the final norm's output)."""
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16)
+    model.model.layers = model.model.layers[:keep_layers]
+    return model.to(device).eval()
+
+
+def _length_sorted(shard: Sequence[Sample]) -> list[Sample]:
+    return sorted(shard, key=lambda x: len(x.prompt_ids) + len(x.answer_ids))
+
+
+def _length_batches(shard: Sequence[Sample], batch_tokens: int) -> Iterator[list[Sample]]:
+    group: list[Sample] = []
+    for x in _length_sorted(shard):
+        longest = len(x.prompt_ids) + len(x.answer_ids)
+        if group and longest * (len(group) + 1) > batch_tokens:
+            yield group
+            group = []
+        group.append(x)
+    if group:
+        yield group
+
+
+@torch.inference_mode()
+def _forward(model: Any, group: list[Sample], layers: Sequence[int],
+             device: str) -> list[torch.Tensor]:
+    seqs = [x.prompt_ids + x.answer_ids for x in group]
+    width = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    for i, s in enumerate(seqs):  # right padding: causal attention never sees it
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    out = model.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                      output_hidden_states=True)
+    stacked = torch.cat([out.hidden_states[k] for k in layers], dim=-1)
+    return [stacked[i, :len(s)].to("cpu", torch.float16) for i, s in enumerate(seqs)]
+
+
+def _save(path: Path, shard: Sequence[Sample], feats: list[torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    offsets = [0]
+    for f in feats:
+        offsets.append(offsets[-1] + f.shape[0])
+    tokens = torch.tensor([t for x in shard for t in x.prompt_ids + x.answer_ids])
+    meta = {"offsets": offsets, "prompt_lens": [len(x.prompt_ids) for x in shard]}
+    tmp = path.with_suffix(".tmp")
+    save_file({"tokens": tokens, "feats": torch.cat(feats).contiguous()}, str(tmp),
+              metadata={"specgate": json.dumps(meta)})
+    tmp.replace(path)

@@ -1,0 +1,70 @@
+"""Building blocks that compute exactly what vLLM's drafter layers compute.
+
+vLLM's RMSNorm with a residual is a fused add-then-norm; RoPE is the neox
+(rotate-half) layout of Llama and Qwen3; attention uses grouped KV heads.
+Keeping training arithmetic identical to inference is what makes the
+acceptance measured in training hold in the engine.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
+
+
+class Rope:
+    """Neox-style rotary embedding, as vLLM's ``get_rope`` for Llama and Qwen3."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        self.inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: [..., T, heads, head_dim]; positions: broadcastable to [..., T]."""
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq.to(x.device)
+        cos = freqs.cos().unsqueeze(-2).to(x.dtype)
+        sin = freqs.sin().unsqueeze(-2).to(x.dtype)
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """[..., kv_heads, d] -> [..., kv_heads * groups, d] (grouped-query attention)."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=-2)
+
+
+def masked_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy and correct-argmax count over labels >= 0."""
+    keep = labels >= 0
+    if not keep.any():
+        zero = logits.sum() * 0
+        return zero, zero.detach()
+    picked = logits[keep].float()
+    target = labels[keep]
+    loss = F.cross_entropy(picked, target, reduction="sum")
+    correct = (picked.argmax(-1) == target).sum()
+    return loss, correct

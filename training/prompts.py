@@ -1,0 +1,243 @@
+"""The built-in offline prompt set: what a Python install ships, no hub, no download.
+
+Three kinds, like the traffic a gateway sees: ``code`` (write a function from its
+documentation), ``copy`` (rework a given text or code, so the answer repeats much
+of the prompt) and ``chat`` (free questions). Sources: ``pydoc_data.topics``,
+standard-library docstrings and source, and templated questions.
+
+The held-out evaluation set (``data/heldout.jsonl``) is drawn from sources the
+training set never uses: the modules, documentation topics and chat subjects
+listed in ``RESERVED_*``. Training prompts skip them, so held-out acceptance is
+measured on text the drafter has not seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import random
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HELDOUT_PATH = Path(__file__).parent / "data" / "heldout.jsonl"
+# The built-in training set as committed: generated once from the sources below
+# (``write_training_set``), because what a stdlib module exposes varies a little
+# with the Python build and with what else was imported.
+TRAIN_PATH = Path(__file__).parent / "data" / "train.jsonl"
+KINDS = ("code", "copy", "chat")
+# Small, side-effect-free modules whose functions have useful docstrings.
+MODULES = (
+    "textwrap", "string", "shlex", "fnmatch", "glob", "posixpath", "json", "csv", "base64",
+    "binascii", "bisect", "heapq", "statistics", "fractions", "decimal", "random", "calendar",
+    "datetime", "difflib", "filecmp", "html", "urllib.parse", "ipaddress", "email.utils",
+    "colorsys", "operator", "functools", "itertools", "collections", "copy", "pprint",
+    "reprlib", "enum", "numbers", "math", "cmath", "zlib", "gzip", "hashlib", "hmac",
+    "secrets", "uuid", "shutil", "tempfile", "pathlib", "zipfile", "tarfile", "configparser",
+    "argparse", "getopt", "logging", "warnings", "contextlib", "abc", "dataclasses", "typing",
+    "inspect", "dis", "tokenize", "keyword", "ast", "locale", "gettext", "unicodedata",
+    "stringprep", "codecs", "struct", "array", "weakref", "types", "graphlib", "sched",
+    "queue", "threading", "selectors", "socket", "http.cookies", "mimetypes", "quopri",
+    "plistlib", "sqlite3", "traceback", "timeit", "platform", "sysconfig", "zipimport",
+)
+RESERVED_MODULES = ("textwrap", "statistics", "difflib", "ipaddress", "colorsys",
+                    "graphlib", "fnmatch", "calendar")
+CHAT_SUBJECTS = (
+    "photosynthesis", "the water cycle", "black holes", "volcanoes", "the Roman Empire",
+    "machine learning", "the internet", "electric cars", "healthy sleep", "climate change",
+    "the human heart", "honey bees", "the moon landing", "recycling", "earthquakes",
+    "the French Revolution", "vaccines", "solar panels", "the stock market", "coffee",
+    "chess", "the piano", "rainbows", "tides", "the printing press", "democracy",
+    "gravity", "DNA", "the Great Wall of China", "penguins", "time zones", "inflation",
+    "meditation", "the Olympic Games", "bread baking", "jazz music", "glaciers",
+    "the immune system", "bicycles", "compound interest", "the Pyramids", "antibiotics",
+    "wind turbines", "octopuses", "the Renaissance", "public speaking", "gardening",
+    "the speed of light", "migrating birds", "batteries", "cloud computing", "origami",
+    "deserts", "coral reefs", "the alphabet", "maps", "friendship", "exercise", "rivers",
+    "the metric system", "thunderstorms", "libraries", "robots", "tea", "trains",
+)
+RESERVED_SUBJECTS = ("dinosaurs", "the ocean", "the Sun", "chocolate", "airplanes",
+                     "the brain", "mountains", "elephants")
+CHAT_TEMPLATES = (
+    "What is {s}?", "Explain {s} to a ten-year-old.", "Give me three facts about {s}.",
+    "Write a short paragraph about {s}.", "Why is {s} important?",
+    "Write a short poem about {s}.", "What are the pros and cons of {s}?",
+    "How would you describe {s} in five sentences?", "Tell me a short story about {s}.",
+    "List five questions a student might ask about {s}.",
+)
+COPY_TEMPLATES = (
+    "Add a docstring and type hints to this function. Return the whole function.\n\n"
+    "```python\n{src}\n```",
+    "Rewrite this function with clearer variable names. Keep the behaviour.\n\n"
+    "```python\n{src}\n```",
+    "Add a comment above each line of this code.\n\n```python\n{src}\n```",
+    "Repeat this code exactly, then explain it in one sentence.\n\n```python\n{src}\n```",
+)
+DOC_TEMPLATES = (
+    "Summarize this passage from the Python documentation:\n\n{text}",
+    "Rewrite this text as a bulleted list:\n\n{text}",
+    "Correct any typos in this text and return it:\n\n{text}",
+    "Quote the first two sentences of this text, then explain them:\n\n{text}",
+)
+CODE_TEMPLATES = (
+    "Write a Python function `{name}{sig}` that does this: {doc}",
+    "Implement `{name}{sig}` in Python. Its documentation says: {doc}",
+    "Show an example of using Python's `{qual}` and explain the output.",
+)
+MAX_SOURCE_CHARS = 1200
+MAX_DOC_CHARS = 900
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    kind: str
+    text: str
+
+
+def training_prompts(limit: int | None = None, seed: int = 0) -> list[Prompt]:
+    """The training set, balanced across kinds, in a seeded order that depends on
+    each prompt alone (a hash of seed and id), so one prompt more or less in some
+    Python install does not reorder all the others."""
+    by_kind: dict[str, list[Prompt]] = {k: [] for k in KINDS}
+    for p in _all_prompts(reserved=False):
+        by_kind[p.kind].append(p)
+    for group in by_kind.values():
+        group.sort(key=lambda p: hashlib.sha1(f"{seed}:{p.id}".encode()).hexdigest())
+    mixed = [p for trio in zip(*by_kind.values(), strict=False) for p in trio]
+    longest = max(len(g) for g in by_kind.values())
+    for group in by_kind.values():  # the longer kinds' tails, after the balanced part
+        mixed += group[len(mixed) // len(KINDS):longest]
+    return mixed[:limit] if limit else mixed
+
+
+def builtin_training_prompts() -> list[Prompt]:
+    return prompts_from_file(TRAIN_PATH)
+
+
+def write_training_set(path: Path = TRAIN_PATH, limit: int = 1536, seed: int = 0) -> None:
+    save_prompts(path, training_prompts(limit, seed))
+
+
+def heldout_prompts(path: Path = HELDOUT_PATH) -> list[Prompt]:
+    return [Prompt(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+def save_prompts(path: Path, prompts: list[Prompt]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(asdict(p)) + "\n" for p in prompts))
+
+
+def prompts_from_file(path: Path) -> list[Prompt]:
+    """A user's prompts: JSONL with ``text`` (and optional ``id``, ``kind``), or plain lines."""
+    out: list[Prompt] = []
+    for n, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            row = json.loads(line)
+            out.append(Prompt(id=str(row.get("id", n)), kind=row.get("kind", "chat"),
+                              text=row["text"]))
+        else:
+            out.append(Prompt(id=str(n), kind="chat", text=line))
+    return out
+
+
+def write_heldout(path: Path = HELDOUT_PATH, per_kind: int = 16, seed: int = 1) -> None:
+    """Regenerate the committed held-out file from the reserved sources."""
+    rng = random.Random(seed)
+    rows: list[Prompt] = []
+    for kind in KINDS:
+        group = [p for p in _all_prompts(reserved=True) if p.kind == kind]
+        rng.shuffle(group)
+        rows += group[:per_kind]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(asdict(p)) + "\n" for p in rows))
+
+
+def _all_prompts(*, reserved: bool) -> Iterator[Prompt]:
+    modules = RESERVED_MODULES if reserved else tuple(
+        m for m in MODULES if m not in RESERVED_MODULES)
+    subjects = RESERVED_SUBJECTS if reserved else CHAT_SUBJECTS
+    for name in modules:
+        for qual, fn in _documented_functions(name):
+            doc = _first_paragraph(inspect.getdoc(fn) or "")
+            sig = _signature(fn)
+            short = qual.rsplit(".", 1)[-1]
+            for i, tpl in enumerate(CODE_TEMPLATES):
+                yield _prompt("code", tpl.format(name=short, sig=sig, doc=doc, qual=qual),
+                              qual, i)
+            src = _source(fn)
+            if src:
+                for i, tpl in enumerate(COPY_TEMPLATES):
+                    yield _prompt("copy", tpl.format(src=src), qual, i)
+    for n, text in enumerate(_doc_excerpts(reserved)):
+        for i, tpl in enumerate(DOC_TEMPLATES):
+            yield _prompt("copy", tpl.format(text=text), f"topic{n}", i)
+    for s in subjects:
+        for i, tpl in enumerate(CHAT_TEMPLATES):
+            yield _prompt("chat", tpl.format(s=s), s, i)
+
+
+def _prompt(kind: str, text: str, source: str, variant: int) -> Prompt:
+    digest = hashlib.sha1(f"{kind}:{source}:{variant}:{text}".encode()).hexdigest()[:12]
+    return Prompt(id=f"{kind}-{digest}", kind=kind, text=text)
+
+
+def _documented_functions(module_name: str) -> Iterator[tuple[str, object]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return
+    for attr in sorted(vars(module)):
+        fn = getattr(module, attr)
+        if attr.startswith("_") or not inspect.isfunction(fn):
+            continue
+        if getattr(fn, "__module__", None) != module.__name__ or not inspect.getdoc(fn):
+            continue
+        yield f"{module_name}.{attr}", fn
+
+
+def _signature(fn: object) -> str:
+    try:
+        return str(inspect.signature(fn))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _source(fn: object) -> str | None:
+    try:
+        src = inspect.getsource(fn)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
+    return src if len(src) <= MAX_SOURCE_CHARS else None
+
+
+def _first_paragraph(doc: str) -> str:
+    return " ".join(doc.split("\n\n")[0].split())[:400]
+
+
+def _doc_excerpts(reserved: bool) -> Iterator[str]:
+    """Paragraph runs of the stdlib's own documentation; every 8th topic is held out."""
+    from pydoc_data.topics import topics
+
+    for n, key in enumerate(sorted(topics)):
+        if (n % 8 == 0) != reserved:
+            continue
+        chunk: list[str] = []
+        for para in topics[key].split("\n\n"):
+            para = para.strip()
+            if not para:
+                continue
+            if chunk and sum(map(len, chunk)) + len(para) > MAX_DOC_CHARS:
+                yield "\n\n".join(chunk)
+                chunk = []
+            if len(para) <= MAX_DOC_CHARS:
+                chunk.append(para)
+        if chunk:
+            yield "\n\n".join(chunk)

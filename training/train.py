@@ -1,0 +1,264 @@
+"""Stage 3: train a drafter on the saved features; resumable from its last save.
+
+The drafter starts from the target where shapes allow (its output head from
+the target's tied embeddings restricted to the draft vocabulary, its final
+norm from the target's, its layers from the target's last layers), so it
+begins close to "what would the top of the target say" and learns the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engines.embedded.drafters import TargetShape
+from training.dflash import DFlashDrafter, DFlashShape
+from training.eagle3 import Eagle3Drafter, Eagle3Shape
+from training.features import load_shard
+from training.progress import Progress
+from training.vocab import DraftVocab
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    method: str  # "eagle3" | "dflash"
+    epochs: float = 2.0
+    lr: float = 1e-3
+    batch_tokens: int = 6144
+    max_len: int = 640
+    steps_ahead: int = 3  # EAGLE-3: draft tokens per step (K); DFlash: masked slots (K)
+    dflash_layers: int = 2
+    anchors_per_seq: int = 32
+    seed: int = 0
+    save_every: int = 25
+    val_fraction: float = 0.04
+
+
+@dataclass
+class Example:
+    tokens: torch.Tensor
+    feats: torch.Tensor
+    labels: torch.Tensor
+
+
+def load_examples(shards: Sequence[Path], vocab: DraftVocab, max_len: int) -> list[Example]:
+    out = []
+    for path in shards:
+        shard = load_shard(path)
+        for i in range(len(shard)):
+            tokens, feats, prompt_len = shard.sample(i)
+            tokens, feats = tokens[:max_len], feats[:max_len]
+            labels = vocab.to_draft(tokens)
+            labels[:prompt_len] = -1  # the drafter only ever proposes answer tokens
+            out.append(Example(tokens, feats, labels))
+    return out
+
+
+def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: int,
+                mask_token_id: int) -> nn.Module:
+    from safetensors.torch import load_file
+
+    t = TargetShape.from_model_dir(target_dir)
+    w = load_file(str(target_dir / "model.safetensors"))
+    embed = w["model.embed_tokens.weight"].float()
+    model: nn.Module
+    if cfg.method == "eagle3":
+        model = Eagle3Drafter(Eagle3Shape(
+            t.hidden_size, t.intermediate_size, t.num_attention_heads, t.num_key_value_heads,
+            t.head_dim, t.rms_norm_eps, t.rope_theta, num_aux, vocab.size), embed)
+        layers = {"midlayer": t.num_hidden_layers - 1}
+    else:
+        model = DFlashDrafter(DFlashShape(
+            t.hidden_size, t.intermediate_size, t.num_attention_heads, t.num_key_value_heads,
+            t.head_dim, t.rms_norm_eps, t.rope_theta, num_aux, vocab.size, cfg.dflash_layers,
+            cfg.steps_ahead + 1, mask_token_id), embed)
+        first = t.num_hidden_layers - cfg.dflash_layers
+        layers = {f"layers.{i}": first + i for i in range(cfg.dflash_layers)}
+    torch.manual_seed(cfg.seed)
+    for p in model.parameters():
+        if p.dim() == 2:
+            nn.init.normal_(p, std=0.02)
+    own = model.state_dict()
+    with torch.no_grad():
+        own["lm_head.weight"].copy_(embed[vocab.draft_to_target])
+        own["norm.weight"].copy_(w["model.norm.weight"].float())
+        for mine, theirs in layers.items():
+            for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.o_proj",
+                         "input_layernorm", "post_attention_layernorm"):
+                own[f"{mine}.{name}.weight"].copy_(w[f"model.layers.{theirs}.{name}.weight"])
+            if cfg.method == "dflash":
+                for name in ("q_proj", "k_proj", "v_proj"):
+                    own[f"{mine}.self_attn.{name}.weight"].copy_(
+                        w[f"model.layers.{theirs}.self_attn.{name}.weight"])
+    return model
+
+
+def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_path: Path,
+          device: str) -> dict[str, float]:
+    rng = random.Random(cfg.seed)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    n_val = max(1, int(len(order) * cfg.val_fraction))
+    val = [examples[i] for i in order[:n_val]]
+    trainset = [examples[i] for i in order[n_val:]]
+    per_epoch = len(list(_batches(trainset, cfg.batch_tokens, random.Random(0))))
+    total_steps = max(1, int(per_epoch * cfg.epochs))
+    model.to(device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=0.0, betas=(0.9, 0.95))
+    step = 0
+    if state_path.exists():
+        saved = torch.load(state_path, map_location=device, weights_only=True)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        step = int(saved["step"])
+    bar = Progress(f"train {cfg.method}", total=total_steps, unit="step")
+    bar.advance(step)
+    began, tokens = time.monotonic(), 0
+    epoch = step // per_epoch
+    while step < total_steps:
+        batches = list(_batches(trainset, cfg.batch_tokens, random.Random(cfg.seed + epoch)))
+        for batch in batches[step - epoch * per_epoch:]:
+            if step >= total_steps:
+                break
+            for g in opt.param_groups:
+                g["lr"] = _lr(cfg.lr, step, total_steps)
+            loss, per_pos, n = _loss(cfg, model, batch, device, rng)
+            opt.zero_grad(set_to_none=True)
+            (loss / max(n, 1)).backward()  # type: ignore[no-untyped-call]
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            tokens += sum(int(ex.tokens.numel()) for ex in batch)
+            accs = " ".join(f"{a:.2f}" for a in per_pos)
+            bar.advance(1, note=f"loss {loss.item() / max(n, 1):.2f} acc {accs} "
+                                f"{tokens / (time.monotonic() - began):.0f} tok/s")
+            if step % cfg.save_every == 0 or step == total_steps:
+                _save(state_path, model, opt, step)
+        epoch += 1
+    bar.close()
+    return evaluate(cfg, model, val, device)
+
+
+@torch.no_grad()
+def evaluate(cfg: TrainConfig, model: nn.Module, val: list[Example],
+             device: str) -> dict[str, float]:
+    """Teacher-forced accuracy per draft position on the validation split, and the
+    acceptance length it implies for greedy chains (1 + sum of prefix products)."""
+    model.eval()
+    correct = torch.zeros(cfg.steps_ahead)
+    counted = torch.zeros(cfg.steps_ahead)
+    rng = random.Random(1)
+    for batch in _batches(val, cfg.batch_tokens, random.Random(0)):
+        _loss(cfg, model, batch, device, rng, raw=(correct, counted))
+    model.train()
+    acc = (correct / counted.clamp(min=1)).tolist()
+    expected, run = 1.0, 1.0
+    for a in acc:
+        run *= a
+        expected += run
+    return {**{f"acc_{i + 1}": a for i, a in enumerate(acc)},
+            "teacher_forced_acceptance_length": expected}
+
+
+def _loss(cfg: TrainConfig, model: nn.Module, batch: list[Example], device: str,
+          rng: random.Random, raw: tuple[torch.Tensor, torch.Tensor] | None = None,
+          ) -> tuple[torch.Tensor, list[float], int]:
+    tokens, feats, labels = _pad(batch, device)
+    with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16):
+        if cfg.method == "eagle3":
+            loss, per = model(tokens, feats, labels, cfg.steps_ahead)
+            counts = [int((_shifted(labels, 2 + k) >= 0).sum()) for k in range(cfg.steps_ahead)]
+        else:
+            anchors = _anchors(batch, cfg.anchors_per_seq, cfg.steps_ahead, rng).to(device)
+            loss, per = model(tokens, feats, labels, anchors)
+            counts = _anchor_counts(labels, anchors, cfg.steps_ahead)
+    accs = []
+    for k, ((_, correct), n) in enumerate(zip(per, counts, strict=True)):
+        accs.append(float(correct) / max(n, 1))
+        if raw is not None:
+            raw[0][k] += float(correct)
+            raw[1][k] += n
+    return loss, accs, counts[0]
+
+
+def _shifted(labels: torch.Tensor, by: int) -> torch.Tensor:
+    return labels[:, by:]
+
+
+def _anchor_counts(labels: torch.Tensor, anchors: torch.Tensor, k: int) -> list[int]:
+    t = labels.shape[1]
+    out = []
+    for j in range(1, k + 1):
+        pos = anchors + j
+        ok = (anchors >= 0) & (pos < t)
+        lab = torch.gather(labels, 1, pos.clamp(max=t - 1))
+        out.append(int(((lab >= 0) & ok).sum()))
+    return out
+
+
+def _anchors(batch: list[Example], n: int, k: int, rng: random.Random) -> torch.Tensor:
+    """Random anchor positions whose first masked slot is an answer token."""
+    out = torch.full((len(batch), n), -1, dtype=torch.long)
+    for i, ex in enumerate(batch):
+        answer = (ex.labels >= 0).nonzero().flatten().tolist()
+        candidates = [p - 1 for p in answer if p >= 1]
+        picked = rng.sample(candidates, min(n, len(candidates)))
+        out[i, :len(picked)] = torch.tensor(picked, dtype=torch.long)
+    return out
+
+
+def _pad(batch: list[Example], device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t = max(int(ex.tokens.numel()) for ex in batch)
+    width = batch[0].feats.shape[1]
+    tokens = torch.zeros(len(batch), t, dtype=torch.long)
+    labels = torch.full((len(batch), t), -1, dtype=torch.long)
+    feats = torch.zeros(len(batch), t, width)
+    for i, ex in enumerate(batch):
+        n = int(ex.tokens.numel())
+        tokens[i, :n] = ex.tokens
+        labels[i, :n] = ex.labels
+        feats[i, :n] = ex.feats.float()
+    return tokens.to(device), feats.to(device), labels.to(device)
+
+
+def _batches(examples: list[Example], batch_tokens: int,
+             rng: random.Random) -> Iterator[list[Example]]:
+    ranked = sorted(examples, key=lambda ex: int(ex.tokens.numel()))
+    groups: list[list[Example]] = []
+    group: list[Example] = []
+    for ex in ranked:
+        if group and int(ex.tokens.numel()) * (len(group) + 1) > batch_tokens:
+            groups.append(group)
+            group = []
+        group.append(ex)
+    if group:
+        groups.append(group)
+    rng.shuffle(groups)
+    yield from groups
+
+
+def _lr(peak: float, step: int, total: int) -> float:
+    warm = max(1, total // 20)
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+
+def _save(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+    tmp.replace(path)
+
+
+def save_metrics(path: Path, cfg: TrainConfig, metrics: dict[str, float]) -> None:
+    path.write_text(json.dumps({"config": asdict(cfg), **metrics}, indent=2) + "\n")
