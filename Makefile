@@ -21,8 +21,9 @@ serve: install
 prepare: install
 	$(VENV)/bin/specgate prepare
 
-# The whole suite: lint and types, the fast tier, and the real vLLM tier.
-test: install
+# The whole suite: lint and types, the fast tier, and the real vLLM tier (which runs
+# guidellm unchanged against the gateway, hence the load tools' venv).
+test: install $(LOAD_VENV)/.installed
 	$(VENV)/bin/ruff check gateway engines policies sim tests bench
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
