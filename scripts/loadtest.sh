@@ -16,8 +16,8 @@ OUTPUT_TOKENS="${LOAD_OUTPUT_TOKENS:-64}"
 TOKENIZER="${LOAD_TOKENIZER:-${SPECGATE_CACHE_DIR:-$HOME/.cache/specgate}/SmolLM2-135M-Instruct}"
 TOOLS="${LOAD_TOOLS:-guidellm aiperf}"
 OUT="${LOAD_OUT:-bench/out/load}"
-# The tokenizer is a local directory: neither tool may reach a model hub.
-export HF_HUB_OFFLINE=1
+# The tokenizer is a local directory: neither tool needs a model hub. (guidellm runs with
+# HF_HUB_OFFLINE=1; aiperf 0.13 must not: offline, it looks a local path up as a hub repo.)
 
 MODEL="$("$VENV/bin/python" - "$URL" "${LOAD_API_KEY:-}" <<'EOF'
 import json, sys, urllib.request
@@ -36,7 +36,7 @@ for tool in $TOOLS; do
       # Headers ride in the backend's request extras (extras.headers.<name>=<value>).
       backend="kind=openai_http,target=$URL,model=$MODEL,extras.headers.x-spec-mode=$MODE"
       [ -n "${LOAD_API_KEY:-}" ] && backend="$backend,api_key=$LOAD_API_KEY"
-      "$VENV/bin/guidellm" run --backend "$backend" \
+      HF_HUB_OFFLINE=1 "$VENV/bin/guidellm" run --backend "$backend" \
         --profile "kind=concurrent,streams=$CONCURRENCY" \
         --constraint "kind=max_requests,count=$REQUESTS" \
         --data "kind=synthetic_text,prompt_tokens=$PROMPT_TOKENS,output_tokens=$OUTPUT_TOKENS" \
@@ -45,7 +45,7 @@ for tool in $TOOLS; do
     aiperf)
       key=()
       [ -n "${LOAD_API_KEY:-}" ] && key=(--api-key "$LOAD_API_KEY")
-      "$VENV/bin/aiperf" profile --model "$MODEL" --url "$URL" --endpoint-type chat \
+      env -u HF_HUB_OFFLINE -u TRANSFORMERS_OFFLINE "$VENV/bin/aiperf" profile --model "$MODEL" --url "$URL" --endpoint-type chat \
         --streaming --tokenizer "$TOKENIZER" --header "x-spec-mode:$MODE" "${key[@]}" \
         --request-count "$REQUESTS" --concurrency "$CONCURRENCY" \
         --isl "$PROMPT_TOKENS" --osl "$OUTPUT_TOKENS" --extra-inputs ignore_eos:true \
