@@ -8,12 +8,19 @@ k-th draft was accepted), completion tokens/s at c = 1 against plain decoding,
 and whether every greedy output matched plain decoding's token for token.
 Methods run one after another, each engine alone on the machine.
 
+With ``--gateway`` it then starts ``specgate serve`` (the shipped drafters) and
+sends the held-out prompts of each kind at c = 1 through HTTP with every mode
+forced by ``x-spec-mode``, in alternating rounds so machine noise hits all
+modes alike, and reports completion tokens/s per mode and kind.
+
     .venv/bin/python -m bench.acceptance [--eagle3 DIR] [--dflash DIR] [--max-tokens 128]
+                                         [--gateway]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import time
@@ -22,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path("bench/out/acceptance.json")
+GATEWAY_MODES = ("standard", "ngram", "eagle3", "dflash")
 
 
 @dataclass
@@ -104,6 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, help="first N held-out prompts per kind")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--gateway", action="store_true",
+                        help="also measure c = 1 tokens/s per forced mode through the gateway")
+    parser.add_argument("--skip-engines", action="store_true",
+                        help="only the gateway measurement")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
 
     embedded = prepare_embedded(Settings().cache_dir)
@@ -116,18 +129,72 @@ def main(argv: list[str] | None = None) -> None:
                 for p in [q for q in held if q.kind == kind][:args.limit]]
     prompts = [(p.kind, tok.render_chat([ChatTurn("user", p.text)])) for p in held]
 
-    plain, reference = run_method(embedded.target_dir, "standard", None, 0, prompts,
-                                  args.max_tokens, None)
-    results = [plain]
-    for method, drafter, k in (("eagle3", eagle3, args.eagle3_k),
-                               ("dflash", dflash, args.dflash_k)):
-        results.append(run_method(embedded.target_dir, method, drafter, k, prompts,
-                                  args.max_tokens, reference)[0])
-    report = render(results, len(prompts), args.max_tokens)
-    print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps([_row(r, plain) for r in results], indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(report + "\n")
+    if not args.skip_engines:
+        plain, reference = run_method(embedded.target_dir, "standard", None, 0, prompts,
+                                      args.max_tokens, None)
+        results = [plain]
+        for method, drafter, k in (("eagle3", eagle3, args.eagle3_k),
+                                   ("dflash", dflash, args.dflash_k)):
+            results.append(run_method(embedded.target_dir, method, drafter, k, prompts,
+                                      args.max_tokens, reference)[0])
+        report = render(results, len(prompts), args.max_tokens)
+        print(report, flush=True)
+        args.out.write_text(json.dumps([_row(r, plain) for r in results], indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(report + "\n")
+    if args.gateway:
+        speeds = asyncio.run(gateway_speeds(held, args.max_tokens, args.rounds))
+        table = render_gateway(speeds)
+        print(table)
+        args.out.with_name("acceptance_gateway.json").write_text(json.dumps(speeds, indent=2))
+        args.out.with_name("acceptance_gateway.md").write_text(table + "\n")
+
+
+async def gateway_speeds(held: list[Any], max_tokens: int,
+                         rounds: int) -> dict[str, dict[str, float]]:
+    """Completion tokens/s per kind and forced mode, c = 1, through ``specgate serve``."""
+    import tempfile
+
+    import openai
+
+    from bench.gateway_process import GatewayProcess
+
+    tokens: dict[str, dict[str, int]] = {}
+    seconds: dict[str, dict[str, float]] = {}
+    log = Path(tempfile.mkdtemp()) / "specgate.log"
+    with GatewayProcess(log, {"SPECGATE_MAX_MODEL_LEN": "1024"}) as gw:
+        client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", timeout=600)
+        model = (await client.models.list()).data[0].id
+        for r in range(rounds):
+            order = GATEWAY_MODES if r % 2 == 0 else tuple(reversed(GATEWAY_MODES))
+            for kind in ("code", "copy", "chat"):
+                for mode in order:
+                    for p in (q for q in held if q.kind == kind):
+                        began = time.perf_counter()
+                        reply = await client.chat.completions.create(
+                            model=model, temperature=0, max_tokens=max_tokens,
+                            messages=[{"role": "user", "content": p.text}],
+                            extra_headers={"x-spec-mode": mode, "x-workload-class": kind})
+                        spent = time.perf_counter() - began
+                        n = reply.usage.completion_tokens if reply.usage else 0
+                        tokens.setdefault(kind, {}).setdefault(mode, 0)
+                        tokens[kind][mode] += n
+                        seconds.setdefault(kind, {}).setdefault(mode, 0.0)
+                        seconds[kind][mode] += spent
+        await client.close()
+    return {kind: {mode: tokens[kind][mode] / seconds[kind][mode] for mode in GATEWAY_MODES}
+            for kind in tokens}
+
+
+def render_gateway(speeds: dict[str, dict[str, float]]) -> str:
+    lines = ["Through the gateway, c = 1, each mode forced by x-spec-mode (completion "
+             "tokens/s; in brackets: / standard)", "",
+             "| kind | " + " | ".join(GATEWAY_MODES) + " |",
+             "|---|" + "---|" * len(GATEWAY_MODES)]
+    for kind, row in speeds.items():
+        cells = [f"{row[m]:.1f} ({row[m] / row['standard']:.2f}x)" for m in GATEWAY_MODES]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _row(r: MethodResult, plain: MethodResult) -> dict[str, Any]:

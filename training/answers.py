@@ -86,6 +86,9 @@ def _generate(model_dir: Path, todo: list[tuple[Prompt, list[int]]], out: Path,
             f.flush()
             bar.advance(len(chunk), note=f"{tokens / (time.monotonic() - began):.0f} tok/s")
     bar.close()
+    # The engine's worker process polls a core even when idle: end it before the
+    # next stage needs the machine.
+    llm.llm_engine.engine_core.shutdown()
 
 
 def _engine(model_dir: Path, max_len: int, max_tokens: int, seed: int) -> tuple[Any, Any]:

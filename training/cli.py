@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prompts", type=Path, help="JSONL ({'text': ...}) or one prompt per "
                                                 "line (default: the built-in offline set, "
                                                 "training/data/train.jsonl)")
-    p.add_argument("--limit", type=int, default=1536, help="number of prompts used")
+    p.add_argument("--limit", type=int, default=1024, help="number of prompts used")
     p.add_argument("--work-dir", type=Path, help="resumable intermediate outputs "
                                                  "(default: <cache>/train/<target name>)")
     p.add_argument("--out", type=Path, default=Path("drafters"), help="checkpoint parent dir")
@@ -51,11 +51,11 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
     snapshot = work / "prompts.jsonl"
     if not snapshot.exists():
         source = args.prompts
-        save_prompts(snapshot, (prompts_from_file(source) if source else
-                                builtin_training_prompts())[:args.limit])
-    prompts = prompts_from_file(snapshot)
+        save_prompts(snapshot, prompts_from_file(source) if source else
+                     builtin_training_prompts())
+    prompts = prompts_from_file(snapshot)[:args.limit]
 
-    from engines.embedded.drafters import special_token_id
+    from engines.embedded.target_shape import special_token_id
     from training.answers import generate_answers
     from training.device import training_device
     from training.export import export_drafter

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engines.embedded.drafters import TargetShape
+from engines.embedded.target_shape import TargetShape
 from training.vocab import DraftVocab
 
 CARD = "README.md"

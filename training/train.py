@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engines.embedded.drafters import TargetShape
+from engines.embedded.target_shape import TargetShape
 from training.dflash import DFlashDrafter, DFlashShape
 from training.eagle3 import Eagle3Drafter, Eagle3Shape
 from training.features import load_shard
@@ -123,6 +123,7 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
     bar = Progress(f"train {cfg.method}", total=total_steps, unit="step")
     bar.advance(step)
     began, tokens = time.monotonic(), 0
+    losses: list[float] = []
     epoch = step // per_epoch
     while step < total_steps:
         batches = list(_batches(trainset, cfg.batch_tokens, random.Random(cfg.seed + epoch)))
@@ -137,6 +138,7 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
+            losses.append(loss.item() / max(n, 1))
             tokens += sum(int(ex.tokens.numel()) for ex in batch)
             accs = " ".join(f"{a:.2f}" for a in per_pos)
             bar.advance(1, note=f"loss {loss.item() / max(n, 1):.2f} acc {accs} "
@@ -145,7 +147,10 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
                 _save(state_path, model, opt, step)
         epoch += 1
     bar.close()
-    return evaluate(cfg, model, val, device)
+    window = max(1, min(10, len(losses) // 4))
+    curve = ({"loss_first": sum(losses[:window]) / window,
+              "loss_last": sum(losses[-window:]) / window} if losses else {})
+    return {**curve, **evaluate(cfg, model, val, device)}
 
 
 @torch.no_grad()

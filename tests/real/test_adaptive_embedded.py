@@ -1,11 +1,11 @@
 """The adaptive policy on real engines: it learns which mode serves each workload best.
 
-With the embedded model the drafters are untrained, so EAGLE-3 and DFlash
-must lose; n-gram prompt lookup accepts most drafts on copy-heavy prompts (and,
-with this small model, a fair share on free text too: its answers repeat
-themselves). Forced traffic teaches the policy and, timed, says which mode
-really is fastest per workload; auto traffic then must go there, visibly in
-``x-spec-decision`` and ``GET /admin/policy``.
+The embedded model ships trained EAGLE-3 and DFlash drafters, so the policy must
+learn a real (nonzero) acceptance for each; n-gram prompt lookup accepts most
+drafts on copy-heavy prompts (and, with this small model, a fair share on free
+text too: its answers repeat themselves). Forced traffic teaches the policy and,
+timed, says which mode really is fastest per workload; auto traffic then must go
+there, visibly in ``x-spec-decision`` and ``GET /admin/policy``.
 """
 
 from __future__ import annotations
@@ -64,27 +64,24 @@ async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGatew
         copy, free = policy["acceptance"]["copy"], policy["acceptance"]["chat"]
         assert copy["ngram"]["acceptance_rate"] > free["ngram"]["acceptance_rate"]
         assert copy["ngram"]["mean_accepted_length"] > 1.5
-        for mode in ("eagle3", "dflash"):         # untrained drafters accept nothing
-            assert free[mode]["mean_accepted_length"] < 1.2
-            assert copy[mode]["mean_accepted_length"] < 1.2
+        for mode in ("eagle3", "dflash"):         # trained drafters: learned, nonzero
+            assert free[mode]["mean_accepted_length"] > 1.3, (mode, free[mode])
+            assert copy[mode]["mean_accepted_length"] > 1.3, (mode, copy[mode])
         assert all(policy["load"][mode]["step_profile"] for mode in MODES)
 
+        chosen: dict[str, str] = {}
         for cls, prompts in WORKLOADS.items():
             r = await chat(h, real_gateway, prompts[0], cls)
             mode, reason = r.headers["x-spec-mode"], r.headers["x-spec-decision"]
             fastest = max(speed[cls], key=speed[cls].__getitem__)
             assert speed[cls][mode] >= 0.9 * speed[cls][fastest], (cls, mode, reason, speed)
             assert reason.startswith((f"cost:{mode} +", f"hold:{mode}")), reason
-            assert mode not in ("eagle3", "dflash"), (cls, reason, speed)
-        assert (await chat(h, real_gateway, WORKLOADS["copy"][0], "copy")).headers[
-            "x-spec-mode"] == "ngram"
+            chosen[cls] = mode
         policy = (await h.get("/admin/policy", headers=AUTH)).json()
-        assert policy["previous_winner"]["copy"] == "ngram"
+        assert policy["previous_winner"]["copy"] == chosen["copy"]
 
         # Without prompt lookup, free text goes to the fastest of what is left as
-        # measured, whatever the priors promised (the untrained drafters accept
-        # nothing, but on a CPU a verification step of a few tokens costs about
-        # what a plain one does, so plain decoding and DFlash can be near-tied).
+        # measured, whatever the priors promised.
         enabled = ("standard", "eagle3", "dflash")
         r = await h.put("/admin/policy", headers=AUTH, json={"enabled_modes": list(enabled)})
         assert r.status_code == 200

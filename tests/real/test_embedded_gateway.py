@@ -114,7 +114,9 @@ async def test_greedy_outputs_identical_across_modes(real_gateway: RealGateway) 
     for mode in MODES[1:]:
         spec = real_gateway.engine_stats(mode)["spec_decode"]
         assert spec["drafts"] > 0 and spec["draft_tokens"] > 0, mode
-    assert real_gateway.engine_stats("ngram")["spec_decode"]["accepted_tokens"] > 0
+    # n-gram and the shipped trained drafters all had drafts accepted on the way.
+    for mode in MODES[1:]:
+        assert real_gateway.engine_stats(mode)["spec_decode"]["accepted_tokens"] > 0, mode
     await c.close()
 
 

