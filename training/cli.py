@@ -38,6 +38,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--dflash-layers", type=int, default=2)
+    p.add_argument("--dflash-window", type=int, default=32,
+                   help="DFlash sliding-window attention span (0: full attention)")
     p.add_argument("--max-answer-tokens", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
 
@@ -78,7 +80,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
     for method in (["eagle3", "dflash"] if args.method == "both" else [args.method]):
         k = args.k or DEFAULT_K[method]
         cfg = TrainConfig(method=method, epochs=args.epochs, lr=args.lr, steps_ahead=k,
-                          dflash_layers=args.dflash_layers, seed=args.seed)
+                          dflash_layers=args.dflash_layers, seed=args.seed,
+                          dflash_window=args.dflash_window or None)
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
         examples = load_examples(shards, vocab, cfg.max_len)
         model = build_model(cfg, target, vocab, len(layers), mask_id)
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         }
         print(f"[4/4] writing {out}: {json.dumps(metrics)}", flush=True)
         export_drafter(method, model, vocab, target, layers, out, block=k + 1,
-                       mask_token_id=mask_id, card=card)
+                       mask_token_id=mask_id, card=card, window=cfg.dflash_window)
 
 
 def _vocab(work: Path, samples: Any, size: int, target: Path) -> Any:

@@ -36,6 +36,10 @@ class DFlashShape:
     layers: int
     block: int  # anchor + K masked slots
     mask_token_id: int
+    # Sliding-window attention (every layer): a query at position q sees keys at
+    # positions > q - window. Attention over a short recent context is what
+    # makes a small drafter learnable quickly, and vLLM runs it the same way.
+    window: int | None = None
 
 
 class _Attention(nn.Module):
@@ -108,8 +112,10 @@ class DFlashDrafter(nn.Module):
         anchor_tok = torch.gather(tokens, 1, p)
         blk_tok = torch.full((b, n, blk), s.mask_token_id, device=dev, dtype=tokens.dtype)
         blk_tok[..., 0] = anchor_tok
-        # Context keys at positions < anchor only.
-        ctx_mask = ctx_pos.unsqueeze(1) < p.unsqueeze(-1)  # [B, N, T]
+        # Context keys at positions < anchor only, and inside each query's window.
+        ctx_mask = (ctx_pos[:, None, None, :] < p[:, :, None, None]).expand(b, n, blk, t)
+        if s.window is not None:
+            ctx_mask = ctx_mask & (blk_pos.unsqueeze(-1) - ctx_pos[:, None, None, :] < s.window)
 
         x = F.embedding(blk_tok, self.embed)  # [B, N, blk, H]
         residual: torch.Tensor | None = None
@@ -141,7 +147,7 @@ class DFlashDrafter(nn.Module):
         vc = a.v_proj(ctx).view(b, t, s.kv_heads, s.head_dim)
         scale = 1.0 / math.sqrt(s.head_dim)
         sc = torch.einsum("bnqhd,bthd->bnhqt", q, repeat_kv(kc, g)) * scale
-        sc = sc.masked_fill(~ctx_mask[:, :, None, None, :], float("-inf"))
+        sc = sc.masked_fill(~ctx_mask[:, :, None], float("-inf"))
         sb = torch.einsum("bnqhd,bnkhd->bnhqk", q, repeat_kv(kb, g)) * scale
         probs = torch.softmax(torch.cat([sc, sb], dim=-1).float(), dim=-1).to(q.dtype)
         out = (torch.einsum("bnhqt,bthd->bnqhd", probs[..., :t], repeat_kv(vc, g))

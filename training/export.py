@@ -25,7 +25,7 @@ CARD = "README.md"
 
 def export_drafter(method: str, model: nn.Module, vocab: DraftVocab, target_dir: Path,
                    layers: Sequence[int], out_dir: Path, *, block: int, mask_token_id: int,
-                   card: dict[str, Any]) -> None:
+                   card: dict[str, Any], window: int | None = None) -> None:
     from safetensors.torch import save_file
 
     t = TargetShape.from_model_dir(target_dir)
@@ -33,7 +33,7 @@ def export_drafter(method: str, model: nn.Module, vocab: DraftVocab, target_dir:
                for k, v in model.state_dict().items()}
     tensors["d2t"] = vocab.d2t().contiguous()
     config = _config(method, t, vocab.size, list(layers), len(getattr(model, "layers", [0])),
-                     block, mask_token_id)
+                     block, mask_token_id, window)
     config["specgate_training"] = card
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
@@ -42,7 +42,7 @@ def export_drafter(method: str, model: nn.Module, vocab: DraftVocab, target_dir:
 
 
 def _config(method: str, t: TargetShape, draft_vocab: int, layers: list[int], depth: int,
-            block: int, mask_token_id: int) -> dict[str, Any]:
+            block: int, mask_token_id: int, window: int | None) -> dict[str, Any]:
     base: dict[str, Any] = {
         "hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size,
         "num_attention_heads": t.num_attention_heads,
@@ -60,12 +60,18 @@ def _config(method: str, t: TargetShape, draft_vocab: int, layers: list[int], de
                 "eagle_aux_hidden_state_layer_ids": layers,
                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": layers,
                                  "use_aux_hidden_state": True}}
+    kind = "full_attention" if window is None else "sliding_attention"
+    dflash: dict[str, Any] = {"mask_token_id": mask_token_id, "causal": False,
+                              "target_layer_ids": [k - 1 for k in layers]}
+    if window is not None:
+        dflash["swa_window_size"] = window
+    # Trained with bidirectional attention inside the block: "causal" says so
+    # explicitly (vLLM would otherwise infer it from the layer types). Every layer
+    # is of one kind: mixed sliding/full drafters are refused on the CPU build.
     return {**base, "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
-            "num_hidden_layers": depth, "layer_types": ["full_attention"] * depth,
-            "use_sliding_window": False, "sliding_window": None, "block_size": block,
-            # Trained with bidirectional attention inside the block: say so explicitly.
-            "dflash_config": {"mask_token_id": mask_token_id, "causal": False,
-                              "target_layer_ids": [k - 1 for k in layers]}}
+            "num_hidden_layers": depth, "layer_types": [kind] * depth,
+            "use_sliding_window": window is not None, "sliding_window": window,
+            "block_size": block, "dflash_config": dflash}
 
 
 def model_card(method: str, card: dict[str, Any]) -> str:

@@ -36,7 +36,8 @@ class TrainConfig:
     max_len: int = 640
     steps_ahead: int = 3  # EAGLE-3: draft tokens per step (K); DFlash: masked slots (K)
     dflash_layers: int = 2
-    anchors_per_seq: int = 32
+    dflash_window: int | None = 32
+    anchors_per_seq: int = 64
     seed: int = 0
     save_every: int = 25
     val_fraction: float = 0.04
@@ -79,25 +80,24 @@ def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: 
         model = DFlashDrafter(DFlashShape(
             t.hidden_size, t.intermediate_size, t.num_attention_heads, t.num_key_value_heads,
             t.head_dim, t.rms_norm_eps, t.rope_theta, num_aux, vocab.size, cfg.dflash_layers,
-            cfg.steps_ahead + 1, mask_token_id), embed)
-        first = t.num_hidden_layers - cfg.dflash_layers
-        layers = {f"layers.{i}": first + i for i in range(cfg.dflash_layers)}
+            cfg.steps_ahead + 1, mask_token_id, cfg.dflash_window), embed)
+        # DFlash starts from scratch: copied late target layers (and the target's
+        # output head) swamp the anchor token's small embedding in the residual
+        # stream, and its draft positions then learn nothing but token frequencies.
+        layers = {}
     torch.manual_seed(cfg.seed)
     for p in model.parameters():
         if p.dim() == 2:
             nn.init.normal_(p, std=0.02)
     own = model.state_dict()
     with torch.no_grad():
-        own["lm_head.weight"].copy_(embed[vocab.draft_to_target])
-        own["norm.weight"].copy_(w["model.norm.weight"].float())
+        if cfg.method == "eagle3":
+            own["lm_head.weight"].copy_(embed[vocab.draft_to_target])
+            own["norm.weight"].copy_(w["model.norm.weight"].float())
         for mine, theirs in layers.items():
             for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.o_proj",
                          "input_layernorm", "post_attention_layernorm"):
                 own[f"{mine}.{name}.weight"].copy_(w[f"model.layers.{theirs}.{name}.weight"])
-            if cfg.method == "dflash":
-                for name in ("q_proj", "k_proj", "v_proj"):
-                    own[f"{mine}.self_attn.{name}.weight"].copy_(
-                        w[f"model.layers.{theirs}.self_attn.{name}.weight"])
     return model
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -80,10 +81,10 @@ def test_eagle3_unrolled_training_matches_step_by_step_drafting() -> None:
                 torch.testing.assert_close(unrolled[k][0, i], ref[k], atol=1e-4, rtol=1e-4)
 
 
-def _dflash(std: float = 0.3) -> DFlashDrafter:
+def _dflash(std: float = 0.3, window: int | None = None) -> DFlashDrafter:
     torch.manual_seed(1)
     s = DFlashShape(H, 48, HEADS, KV, HD, 1e-5, 10000.0, 3, V, layers=2, block=4,
-                    mask_token_id=V - 1)
+                    mask_token_id=V - 1, window=window)
     model = DFlashDrafter(s, torch.randn(V, H))
     for p in model.parameters():
         if p.dim() == 2:
@@ -95,7 +96,8 @@ def _dflash_reference(m: DFlashDrafter, tokens: torch.Tensor, feats: torch.Tenso
                       p: int) -> torch.Tensor:
     """vLLM: context K/V = k/v proj of hidden_norm(fc(features)) at positions < p
     (k-norm, RoPE); then one pass of [x_p, mask...] at p..p+K, each layer's
-    queries attending to the context and, bidirectionally, to the whole block."""
+    queries attending to the context and, bidirectionally, to the whole block
+    (with a sliding window: only keys at positions > query position - window)."""
     s = m.s
     ctx = m.hidden_norm(m.fc(feats[:p]))
     ctx_pos = torch.arange(p)
@@ -112,9 +114,13 @@ def _dflash_reference(m: DFlashDrafter, tokens: torch.Tensor, feats: torch.Tenso
         q = m.rope(a.q_norm(a.q_proj(h).view(s.block, s.heads, s.head_dim)), blk_pos)
         kb = m.rope(a.k_norm(a.k_proj(h).view(s.block, s.kv_heads, s.head_dim)), blk_pos)
         vb = a.v_proj(h).view(s.block, s.kv_heads, s.head_dim)
-        ks = list(kc) + list(kb)
-        vs = list(vc) + list(vb)
-        attn = torch.stack([_attend(q[j], ks, vs) for j in range(s.block)])
+        def seen(j: int, c: int) -> bool:
+            return s.window is None or (p + j) - c < s.window
+
+        attn = torch.stack([
+            _attend(q[j], [kc[c] for c in range(p) if seen(j, c)] + list(kb),
+                    [vc[c] for c in range(p) if seen(j, c)] + list(vb))
+            for j in range(s.block)])
         x = a.o_proj(attn.reshape(s.block, -1))
         residual = x + residual
         x = layer.mlp(layer.post_attention_layernorm(residual))
@@ -122,8 +128,9 @@ def _dflash_reference(m: DFlashDrafter, tokens: torch.Tensor, feats: torch.Tenso
     return m.lm_head(m.norm(x + residual))[1:]
 
 
-def test_dflash_block_training_matches_one_block_pass() -> None:
-    m = _dflash()
+@pytest.mark.parametrize("window", [None, 5])
+def test_dflash_block_training_matches_one_block_pass(window: int | None) -> None:
+    m = _dflash(window=window)
     t = 14
     tokens = torch.randint(0, V - 1, (1, t))
     feats = torch.randn(1, t, 3 * H)
