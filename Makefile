@@ -7,7 +7,7 @@ ARGS ?=
 
 LOAD_VENV ?= .venv-load
 
-.PHONY: install serve prepare test test-fast lint bench soak loadtest clean
+.PHONY: install serve prepare test test-fast lint bench soak loadtest clean train-drafters
 
 install: $(STAMP)
 
@@ -24,7 +24,7 @@ prepare: install
 # The whole suite: lint and types, the fast tier, and the real vLLM tier (which runs
 # guidellm unchanged against the gateway, hence the load tools' venv).
 test: install $(LOAD_VENV)/.installed
-	$(VENV)/bin/ruff check gateway engines policies sim tests bench
+	$(VENV)/bin/ruff check gateway engines policies sim training tests bench
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
@@ -32,7 +32,7 @@ test-fast: install
 	$(PY) -m pytest -m "not real"
 
 lint: install
-	$(VENV)/bin/ruff check gateway engines policies sim tests bench
+	$(VENV)/bin/ruff check gateway engines policies sim training tests bench
 	$(VENV)/bin/mypy
 
 # Benchmarks print figures (not tests); the routing report (simulator + real CPU
@@ -40,7 +40,12 @@ lint: install
 bench: install
 	$(PY) -m bench.gateway_overhead
 	$(PY) -m bench.decision_latency
+	$(PY) -m bench.acceptance --gateway
 	$(PY) -m bench.report
+
+# Reproduce the shipped drafters (docs/drafters.md); resumable, results in drafters/.
+train-drafters: install
+	$(VENV)/bin/specgate train-drafter --method both --limit 1536
 
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
 soak: install
