@@ -20,6 +20,9 @@ from training.eagle3 import Eagle3Drafter, Eagle3Shape
 from training.layers import repeat_kv
 
 H, HEADS, KV, HD, V = 32, 4, 2, 8, 50
+# Pure CPU arithmetic, a few seconds alone; on a machine busy with vLLM engines
+# (the real tier runs beside it in CI) it can take minutes.
+pytestmark = pytest.mark.timeout(240)
 
 
 def _eagle(std: float = 0.3) -> Eagle3Drafter:
