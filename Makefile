@@ -45,7 +45,8 @@ bench: install
 
 # Reproduce the shipped drafters (docs/drafters.md); resumable, results in drafters/.
 train-drafters: install
-	$(VENV)/bin/specgate train-drafter --method both --limit 1536
+	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 1536 --epochs 8
+	$(VENV)/bin/specgate train-drafter --method dflash --limit 1536 --epochs 5 --lr 2e-3
 
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
 soak: install
