@@ -97,16 +97,20 @@ async def chat(g: FaultGateway, client: openai.AsyncOpenAI, *, mode: str | None 
 
 async def count_on(g: FaultGateway, client: openai.AsyncOpenAI, mode: str, *,
                    stream: bool) -> str:
-    """A long, deterministic generation: the model keeps counting until max_tokens."""
+    """A long, deterministic generation: the model keeps counting until max_tokens
+    (``ignore_eos``: a count that happens to reach an end-of-sequence token must not
+    end the request early; the tests kill engines under these)."""
     prompt = ", ".join(str(i) for i in range(1, 30)) + ","
     headers = {"x-spec-mode": mode}
     if not stream:
         r = await client.completions.create(model=g.model, prompt=prompt, max_tokens=600,
-                                            temperature=0, extra_headers=headers)
+                                            temperature=0, extra_headers=headers,
+                                            extra_body={"ignore_eos": True})
         return r.choices[0].text
     text = ""
     s = await client.completions.create(model=g.model, prompt=prompt, max_tokens=600,
-                                        temperature=0, stream=True, extra_headers=headers)
+                                        temperature=0, stream=True, extra_headers=headers,
+                                        extra_body={"ignore_eos": True})
     async for chunk in s:
         text += chunk.choices[0].text if chunk.choices else ""
     return text
