@@ -42,6 +42,14 @@ MODULES = (
     "stringprep", "codecs", "struct", "array", "weakref", "types", "graphlib", "sched",
     "queue", "threading", "selectors", "socket", "http.cookies", "mimetypes", "quopri",
     "plistlib", "sqlite3", "traceback", "timeit", "platform", "sysconfig", "zipimport",
+    # Added for the second training slice (rows 1537 on of data/train.jsonl).
+    "re", "io", "os", "pickle", "pickletools", "copyreg", "shelve", "bz2", "lzma", "pydoc",
+    "doctest", "site", "pkgutil", "fileinput", "linecache", "signal", "subprocess", "ssl",
+    "ftplib", "imaplib", "smtplib", "getpass", "compileall", "runpy", "tracemalloc",
+    "symtable", "py_compile", "ntpath", "genericpath", "bdb", "pstats", "cProfile", "zipapp",
+    "asyncio.tasks", "urllib.request", "xml.etree.ElementTree", "xml.sax.saxutils",
+    "xml.dom.minidom", "xmlrpc.client", "http.server", "email.header", "wsgiref.util",
+    "importlib.util", "importlib.metadata", "unittest.case", "unittest.util",
 )
 RESERVED_MODULES = ("textwrap", "statistics", "difflib", "ipaddress", "colorsys",
                     "graphlib", "fnmatch", "calendar")
@@ -58,6 +66,25 @@ CHAT_SUBJECTS = (
     "the speed of light", "migrating birds", "batteries", "cloud computing", "origami",
     "deserts", "coral reefs", "the alphabet", "maps", "friendship", "exercise", "rivers",
     "the metric system", "thunderstorms", "libraries", "robots", "tea", "trains",
+    # Added for the second training slice.
+    "volunteering", "the telephone", "spiders", "the Vikings", "earth's atmosphere", "snow",
+    "wolves", "photography", "the Silk Road", "nuclear energy", "video games", "mushrooms",
+    "the Amazon rainforest", "ancient Greece", "vitamins", "lighthouses", "the guitar",
+    "hurricanes", "money", "butterflies", "the Industrial Revolution", "submarines",
+    "cooking pasta", "the periodic table", "kangaroos", "teamwork", "the camera",
+    "space stations", "bees and flowers", "the Nile", "magnets", "sharks", "castles",
+    "the ballet", "weather forecasts", "email", "soap", "the compass", "horses",
+    "rain forests", "the Eiffel Tower", "microscopes", "owls", "paper", "the calendar",
+    "volunteer firefighters", "opera", "cheese", "the human skeleton", "sunflowers",
+    "the Titanic", "insects", "museums", "bridges", "the violin", "yoga", "frogs",
+    "the Arctic", "tornadoes", "clocks", "algebra", "fairy tales", "the Moon's phases",
+    "salt", "cats", "dogs", "the Internet of Things", "wind", "camping", "pirates",
+    "knights", "the zoo", "bamboo", "rice", "football", "tennis", "marathons", "caves",
+    "sculpture", "comets", "fossils", "the post office", "newspapers", "languages",
+    "writing letters", "smartphones", "board games", "lakes", "waterfalls", "islands",
+    "farming", "apples", "the heartbeat of a city", "traffic lights", "umbrellas",
+    "kites", "fireworks", "snails", "whales", "mathematics", "poetry", "science fiction",
+    "cybersecurity", "databases", "open-source software", "electricity", "sound waves",
 )
 RESERVED_SUBJECTS = ("dinosaurs", "the ocean", "the Sun", "chocolate", "airplanes",
                      "the brain", "mountains", "elephants")
@@ -120,6 +147,15 @@ def builtin_training_prompts() -> list[Prompt]:
 
 def write_training_set(path: Path = TRAIN_PATH, limit: int = 1536, seed: int = 0) -> None:
     save_prompts(path, training_prompts(limit, seed))
+
+
+def extend_training_set(path: Path = TRAIN_PATH, total: int = 4608, seed: int = 0) -> None:
+    """Append prompts the file lacks (balanced across kinds) up to ``total`` rows, keeping
+    every existing row in place so that a recipe's ``--limit N`` keeps its meaning."""
+    rows = prompts_from_file(path)
+    have = {p.id for p in rows}
+    fresh = [p for p in training_prompts(seed=seed) if p.id not in have]
+    save_prompts(path, rows + fresh[:max(0, total - len(rows))])
 
 
 def heldout_prompts(path: Path = HELDOUT_PATH) -> list[Prompt]:
