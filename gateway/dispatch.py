@@ -24,7 +24,16 @@ from gateway.admission import Admission, Ticket, queue_full
 from gateway.errors import OpenAIError, bad_request, unavailable
 from gateway.pump import EventPump, Idle
 from gateway.settings import AUTO
-from policies.base import Decision, DecisionInput, ModeLoad, NoModeAvailable, Policy
+from policies.assemble import decide_auto
+from policies.base import (
+    Decision,
+    DecisionKind,
+    LearnedAcceptance,
+    ModeLoad,
+    NoModeAvailable,
+    Policy,
+    forced,
+)
 from policies.shared_state import SharedPolicyState
 
 log = logging.getLogger(__name__)
@@ -191,39 +200,36 @@ class Dispatcher:
         admission = self.admission
         admission.check_open()
         loads = self.loads()
-        if override is not None:
+        now = self.clock()
+        state = self.state
+        cls = state.workload_class(requested_class)
+        acceptance: Mapping[str, LearnedAcceptance] = {}
+        if override is not None:  # a forced mode: the policy is not consulted
             if not loads[override].up:
                 raise unavailable(f"mode {override!r} is not available right now; "
                                   f"retry later or use x-spec-mode: auto")
             admission.check_mode(override)
-        # A full mode is shown to the policy as down: auto traffic goes where there is room.
-        full = {name for name, load in loads.items() if load.up and not admission.has_room(name)}
-        offered = {name: replace(load, up=False) if name in full else load
-                   for name, load in loads.items()}
-        now = self.clock()
-        state = self.state
-        cls = state.workload_class(requested_class)
-        in_flight = self.in_flight()
-        inputs = DecisionInput(
-            modes=offered, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
-            override=override, workload_class=cls, acceptance=state.acceptance_for(cls, now),
-            expected_output_tokens=state.expected_output(cls, now),
-            previous_mode=state.previous_mode(cls), explore_draw=self.rng.random(),
-            in_flight=in_flight, last_won=state.last_won(),
-            leading_since=state.leading_since(), classes=state.learned_classes(
-                now, {cls, *(c for by_class in in_flight.values() for c in by_class)}))
-        try:
-            decision = self.policy.decide(inputs)
-        except NoModeAvailable as e:
-            if full:
-                raise queue_full(admission.per_mode) from e
-            raise unavailable("no decoding engine is available right now; retry later",
-                              code="no_engine_available") from e
-        if override is None and not decision.reason.startswith("explore"):
-            state.remember(cls, decision.mode)
-        if decision.leader is not None and decision.leader in offered:
-            state.note_leader(offered[decision.leader].gpu_group, decision.leader, now)
-        state.log_decision(_audit_entry(request_id, inputs, decision))
+            decision = forced(override)
+        else:
+            # A full mode is shown to the policy as down: auto traffic goes where there
+            # is room.
+            full = {name for name, load in loads.items()
+                    if load.up and not admission.has_room(name)}
+            loads = {name: replace(load, up=False) if name in full else load
+                     for name, load in loads.items()}
+            try:
+                inputs, decision = decide_auto(
+                    self.policy, state, loads, prompt_tokens=prompt_tokens,
+                    max_tokens=max_tokens, workload_class=cls, now=now,
+                    in_flight=self.in_flight(), explore_draw=self.rng.random())
+            except NoModeAvailable as e:
+                if full:
+                    raise queue_full(admission.per_mode) from e
+                raise unavailable("no decoding engine is available right now; retry later",
+                                  code="no_engine_available") from e
+            acceptance = inputs.acceptance
+        state.log_decision(_audit_entry(request_id, now, cls, prompt_tokens, max_tokens,
+                                        decision, loads, acceptance))
         routing = Routing(decision, cls, forced=override is not None,
                           decided_at=time.monotonic())
         for observer in self.decision_observers:
@@ -318,17 +324,21 @@ def _open_error(e: Exception, mode: str) -> OpenAIError:
     return OpenAIError(500, "the engine returned no output", type="server_error")
 
 
-def _audit_entry(request_id: str, inputs: DecisionInput, decision: Decision) -> dict[str, str]:
+def _audit_entry(request_id: str, now: float, cls: str, prompt_tokens: int,
+                 max_tokens: int | None, decision: Decision, modes: Mapping[str, ModeLoad],
+                 acceptance: Mapping[str, LearnedAcceptance]) -> dict[str, str]:
     """One decision with the inputs it was made from, for audit and offline replay."""
+    forced_mode = decision.kind is DecisionKind.OVERRIDE
     return {
-        "ts": f"{inputs.now:.6f}", "request_id": request_id, "mode": decision.mode,
-        "reason": decision.reason, "forced": "1" if inputs.override else "0",
-        "class": inputs.workload_class, "prompt_tokens": str(inputs.prompt_tokens),
-        "max_tokens": "" if inputs.max_tokens is None else str(inputs.max_tokens),
+        "ts": f"{now:.6f}", "request_id": request_id, "mode": decision.mode,
+        "reason": decision.reason, "kind": decision.kind.value,
+        "margin": "" if decision.margin is None else f"{decision.margin:.4f}",
+        "forced": "1" if forced_mode else "0",
+        "class": cls, "prompt_tokens": str(prompt_tokens),
+        "max_tokens": "" if max_tokens is None else str(max_tokens),
         "scores": json.dumps(dict(decision.scores), separators=(",", ":")),
-        "batch": json.dumps({m: load.batch_size for m, load in inputs.modes.items()},
+        "batch": json.dumps({m: load.batch_size for m, load in modes.items()},
                             separators=(",", ":")),
         "acceptance": json.dumps({m: round(a.mean_accepted_length, 3)
-                                  for m, a in inputs.acceptance.items()},
-                                 separators=(",", ":")),
+                                  for m, a in acceptance.items()}, separators=(",", ":")),
     }

@@ -148,9 +148,7 @@ class GatewayMetrics:
                                   include_in_schema=False)
 
     def on_decision(self, routing: Routing) -> None:
-        # "cost:ngram +27%" -> "cost": the margin would make the label unbounded.
-        kind = routing.decision.reason.split(" ")[0].split(":")[0]
-        self.decisions.labels(routing.decision.mode, kind).inc()
+        self.decisions.labels(routing.decision.mode, routing.decision.kind.value).inc()
 
     def on_completed(self, done: Completed) -> None:
         mode = done.routing.decision.mode

@@ -12,10 +12,10 @@ from policies.base import (
     ClassLearned,
     Decision,
     DecisionInput,
+    DecisionKind,
     ModeLoad,
     NoModeAvailable,
     Policy,
-    override_decision,
 )
 from policies.cost import (
     ClassShare,
@@ -45,9 +45,6 @@ class AdaptivePolicy(Policy):
         self.settings = settings or AdaptiveSettings()
 
     def decide(self, inputs: DecisionInput) -> Decision:
-        forced = override_decision(inputs)
-        if forced is not None:
-            return forced
         s = self.settings
         candidates = self._candidates(inputs)
         if not candidates:
@@ -64,7 +61,8 @@ class AdaptivePolicy(Policy):
         best = costs[0]
         explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale)
         if explored is not None:
-            return Decision(explored, f"explore:{explored}", _scores(marginal), best.mode)
+            return Decision(explored, DecisionKind.EXPLORE, scores=_scores(marginal),
+                            leader=best.mode)
 
         scores = _scores(costs)
         held = self._incumbent(inputs, best.mode)
@@ -72,12 +70,13 @@ class AdaptivePolicy(Policy):
         if previous is not None and previous is not best and \
                 self._hold(inputs, previous, best, groups, scale):
             behind = previous.total_s / best.total_s - 1.0 if best.total_s > 0 else 0.0
-            return Decision(previous.mode, f"hold:{previous.mode} -{behind:.0%}", scores,
-                            best.mode)
+            return Decision(previous.mode, DecisionKind.HOLD, margin=behind, scores=scores,
+                            leader=best.mode)
 
         margin = costs[1].total_s / best.total_s - 1.0 if len(costs) > 1 and \
             best.total_s > 0 else 0.0
-        return Decision(best.mode, f"cost:{best.mode} +{margin:.0%}", scores, best.mode)
+        return Decision(best.mode, DecisionKind.COST, margin=margin, scores=scores,
+                        leader=best.mode)
 
     def _hold(self, inputs: DecisionInput, held: ModeCost, best: ModeCost,
               groups: Mapping[str, _Group], scale: float) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 
 DEFAULT_WORKLOAD_CLASS = "default"
@@ -63,8 +64,6 @@ class DecisionInput:
     # The caller's max_tokens; None when the caller left it open.
     max_tokens: int | None
     now: float
-    # A configured mode the caller forced with ``x-spec-mode``; None for auto.
-    override: str | None = None
     workload_class: str = DEFAULT_WORKLOAD_CLASS
     # What the shared store has learned (empty/None before any measurement).
     acceptance: Mapping[str, LearnedAcceptance] = field(
@@ -87,14 +86,47 @@ class DecisionInput:
         default_factory=lambda: MappingProxyType({}))
 
 
+class DecisionKind(StrEnum):
+    """How a mode was chosen; the value is the ``reason`` label on metrics."""
+
+    OVERRIDE = "override"   # forced by the caller's x-spec-mode; no policy ran
+    RULE = "rule"           # a static rule of the rule policy
+    COST = "cost"           # the cheapest expected cost
+    HOLD = "hold"           # hysteresis kept the incumbent although another is cheaper
+    EXPLORE = "explore"     # a bounded exploration draw
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     mode: str
-    # A few words for the ``x-spec-decision`` header, e.g. ``rule:batch>32``.
-    reason: str
+    kind: DecisionKind
+    # RULE: which rule fired, e.g. ``batch>32``.
+    rule: str = ""
+    # COST: how much dearer the runner-up is (0.27 = 27%); HOLD: how much dearer the
+    # held mode is than the cheapest; None otherwise.
+    margin: float | None = None
     scores: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     # The cheapest mode by cost, whether or not it was chosen; None for a forced mode.
     leader: str | None = None
+
+    @property
+    def reason(self) -> str:
+        """The ``x-spec-decision`` header: ``override``, ``rule:batch>32``,
+        ``cost:ngram +27%``, ``hold:eagle3 -5%``, ``explore:dflash``."""
+        kind = self.kind
+        if kind is DecisionKind.OVERRIDE:
+            return kind.value
+        if kind is DecisionKind.RULE:
+            return f"rule:{self.rule}"
+        if kind is DecisionKind.EXPLORE:
+            return f"explore:{self.mode}"
+        sign = "+" if kind is DecisionKind.COST else "-"
+        return f"{kind.value}:{self.mode} {sign}{self.margin or 0.0:.0%}"
+
+
+def forced(mode: str) -> Decision:
+    """The decision for a mode the caller forced: no policy is consulted."""
+    return Decision(mode, DecisionKind.OVERRIDE)
 
 
 class NoModeAvailable(Exception):
@@ -107,10 +139,3 @@ class Policy(ABC):
     @abstractmethod
     def decide(self, inputs: DecisionInput) -> Decision:
         """Pick the mode to serve one request. Raises NoModeAvailable."""
-
-
-def override_decision(inputs: DecisionInput) -> Decision | None:
-    """A forced mode wins whenever it was given; shared by every policy."""
-    if inputs.override is None:
-        return None
-    return Decision(inputs.override, "override")

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from policies.base import (
     Decision,
     DecisionInput,
+    DecisionKind,
     ModeLoad,
     NoModeAvailable,
     Policy,
-    override_decision,
 )
 
 
@@ -37,34 +37,31 @@ class RulePolicy(Policy):
         self.settings = settings or RuleSettings()
 
     def decide(self, inputs: DecisionInput) -> Decision:
-        forced = override_decision(inputs)
-        if forced is not None:
-            return forced
         s = self.settings
         up = {name: load for name, load in inputs.modes.items() if load.up}
         if not up:
             raise NoModeAvailable("no engine is up")
 
         if inputs.max_tokens is not None and inputs.max_tokens < s.min_tokens_for_speculation:
-            return self._plain(up, f"rule:max_tokens<{s.min_tokens_for_speculation}")
+            return self._plain(up, f"max_tokens<{s.min_tokens_for_speculation}")
 
         dflash = up.get(s.dflash_mode)
         eagle3 = up.get(s.eagle3_mode)
         target: ModeLoad | None
         if dflash is not None and (dflash.acceptance_rate or 0.0) > s.dflash_min_acceptance:
-            target, reason = dflash, f"rule:dflash_acceptance>{s.dflash_min_acceptance:g}"
+            target, rule = dflash, f"dflash_acceptance>{s.dflash_min_acceptance:g}"
         elif eagle3 is not None:
-            target, reason = eagle3, "rule:eagle3"
+            target, rule = eagle3, "eagle3"
         else:
-            return self._plain(up, "rule:no_drafter")
+            return self._plain(up, "no_drafter")
 
         if target.batch_size > s.max_batch_for_speculation:
-            return self._plain(up, f"rule:batch>{s.max_batch_for_speculation}")
-        return Decision(target.mode, reason)
+            return self._plain(up, f"batch>{s.max_batch_for_speculation}")
+        return Decision(target.mode, DecisionKind.RULE, rule=rule)
 
-    def _plain(self, up: dict[str, ModeLoad], reason: str) -> Decision:
+    def _plain(self, up: dict[str, ModeLoad], rule: str) -> Decision:
         if self.settings.standard_mode in up:
-            return Decision(self.settings.standard_mode, reason)
+            return Decision(self.settings.standard_mode, DecisionKind.RULE, rule=rule)
         # Plain decoding is not available: the least loaded mode that is up.
         fallback = min(up.values(), key=lambda load: (load.batch_size, load.mode))
-        return Decision(fallback.mode, f"{reason};fallback")
+        return Decision(fallback.mode, DecisionKind.RULE, rule=f"{rule};fallback")

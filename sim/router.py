@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
-from policies.base import DecisionInput, ModeLoad
+from policies.assemble import decide_auto
+from policies.base import ModeLoad
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
 from sim.engine import SimEngine
@@ -93,23 +94,13 @@ class PolicyRouter(Router):
         self.clock.now = now
         state = self.state
         cls = state.workload_class(request.cls.name)
-        in_flight = {name: in_flight_by_class(e) for name, e in engines.items()}
-        classes = state.learned_classes(
-            now, {cls, *(c for by_class in in_flight.values() for c in by_class)})
-        inputs = DecisionInput(
-            modes={name: mode_load(e, now) for name, e in engines.items()},
-            prompt_tokens=request.prompt_tokens, max_tokens=request.max_tokens, now=now,
-            workload_class=cls, acceptance=state.acceptance_for(cls, now),
-            expected_output_tokens=state.expected_output(cls, now),
-            previous_mode=state.previous_mode(cls), explore_draw=self.rng.random(),
-            in_flight=in_flight, classes=classes, last_won=state.last_won(),
-            leading_since=state.leading_since())
-        decision = self.policy.decide(inputs)
-        if not decision.reason.startswith("explore"):
-            state.remember(cls, decision.mode)
-        if decision.leader is not None:
-            state.note_leader(engines[decision.leader].gpu_group, decision.leader, now)
-        kind = decision.reason.split(":", 1)[0]
+        _, decision = decide_auto(
+            self.policy, state, {name: mode_load(e, now) for name, e in engines.items()},
+            prompt_tokens=request.prompt_tokens, max_tokens=request.max_tokens,
+            workload_class=cls, now=now,
+            in_flight={name: in_flight_by_class(e) for name, e in engines.items()},
+            explore_draw=self.rng.random())
+        kind = decision.kind.value
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
         self.chosen[decision.mode] = self.chosen.get(decision.mode, 0) + 1
         return decision.mode

@@ -12,7 +12,7 @@ from gateway.dispatch import Dispatcher
 from gateway.settings import Settings
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
-from policies.base import Decision, DecisionInput
+from policies.base import Decision, DecisionInput, DecisionKind
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
 from tests.conftest import FAKE_MODE_INFO, MODEL, FakeGateway, fake_engines, serve
@@ -101,3 +101,28 @@ async def test_the_policy_sees_the_requests_in_flight_by_mode_and_class() -> Non
     assert dispatcher.in_flight() == {chat.routing.decision.mode: {"chat": 1}}
     await chat.aclose()                              # left early: aborted, not in flight
     assert dispatcher.in_flight() == {}
+
+
+async def test_a_forced_mode_never_consults_the_policy_and_is_audited_as_forced() -> None:
+    """``x-spec-mode`` is the caller's decision: no policy runs, no routing memory moves."""
+    engines = fake_engines()
+    for engine in engines.values():
+        await engine.start()
+    policy = RecordingPolicy()
+    store = MemoryStore()
+    state = SharedPolicyState(store, "r")
+    dispatcher = Dispatcher(engines, policy, state, FAKE_MODE_INFO)
+    routing = dispatcher.decide("ngram", 3, 5, "code", request_id="req-1")
+    assert policy.seen == []
+    assert (routing.decision.mode, routing.decision.kind, routing.forced) == \
+        ("ngram", DecisionKind.OVERRIDE, True)
+    assert routing.decision.reason == "override" and routing.decision.leader is None
+    assert state.previous_mode("code") is None and state.last_won() == {}
+    auto = dispatcher.decide(None, 3, 100, "code", request_id="req-2")
+    assert len(policy.seen) == 1 and auto.decision.kind in (DecisionKind.COST,
+                                                            DecisionKind.HOLD)
+    assert state.previous_mode("code") == auto.decision.mode
+    await state.sync_once()
+    audit = await store.recent_decisions(10)
+    assert [(e["request_id"], e["kind"], e["forced"]) for e in audit] == \
+        [("req-1", "override", "1"), ("req-2", auto.decision.kind.value, "0")]

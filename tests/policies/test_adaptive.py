@@ -12,6 +12,7 @@ from policies.adaptive_settings import AdaptiveSettings
 from policies.base import (
     ClassLearned,
     DecisionInput,
+    DecisionKind,
     LearnedAcceptance,
     ModeLoad,
     NoModeAvailable,
@@ -92,7 +93,6 @@ TABLE = [
     # modes that are down or disabled are never chosen
     ("down mode skipped", case(modes={"dflash": load("dflash", up=False)},
                                acceptance=HIGH_TAU), "eagle3", "cost:eagle3"),
-    ("forced mode wins", case(override="ngram", max_tokens=1), "ngram", "override"),
 ]
 
 
@@ -107,6 +107,11 @@ def test_reason_gives_the_margin_and_scores_every_candidate() -> None:
     decision = AdaptivePolicy().decide(case(acceptance=LOW_TAU))
     assert decision.reason.startswith("cost:standard +")
     assert decision.reason.endswith("%")
+    # The header is derived from typed fields: the runner-up's extra cost is the margin.
+    assert decision.kind is DecisionKind.COST and decision.margin is not None
+    runner_up = sorted(decision.scores.values())[1]
+    assert decision.margin == pytest.approx(runner_up / decision.scores["standard"] - 1.0)
+    assert decision.reason == f"cost:standard +{decision.margin:.0%}"
     assert set(decision.scores) == set(K)
     assert min(decision.scores, key=decision.scores.__getitem__) == "standard"
 

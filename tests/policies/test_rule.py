@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.base import DecisionInput, ModeLoad, NoModeAvailable
+from policies.base import DecisionInput, DecisionKind, ModeLoad, NoModeAvailable
 from policies.rule import RulePolicy
 
 
@@ -16,12 +16,10 @@ def load(mode: str, batch: int = 0, acceptance: float | None = None, up: bool = 
 ALL = ("standard", "eagle3", "dflash")
 
 
-def inputs(max_tokens: int | None = 200, override: str | None = None,
-           **loads: ModeLoad) -> DecisionInput:
+def inputs(max_tokens: int | None = 200, **loads: ModeLoad) -> DecisionInput:
     modes = {name: load(name) for name in ALL}
     modes.update(loads)
-    return DecisionInput(modes=modes, prompt_tokens=10, max_tokens=max_tokens, now=0.0,
-                         override=override)
+    return DecisionInput(modes=modes, prompt_tokens=10, max_tokens=max_tokens, now=0.0)
 
 
 @pytest.mark.parametrize("case, expected", [
@@ -36,7 +34,6 @@ def inputs(max_tokens: int | None = 200, override: str | None = None,
     (inputs(dflash=load("dflash", batch=40, acceptance=0.9)), ("standard", "rule:batch>32")),
     (inputs(eagle3=load("eagle3", up=False)), ("standard", "rule:no_drafter")),
     (inputs(dflash=load("dflash", acceptance=0.9, up=False)), ("eagle3", "rule:eagle3")),
-    (inputs(override="dflash", max_tokens=1), ("dflash", "override")),
     (inputs(max_tokens=10, standard=load("standard", up=False),
             eagle3=load("eagle3", batch=3), dflash=load("dflash", batch=1)),
      ("dflash", "rule:max_tokens<50;fallback")),
@@ -44,6 +41,8 @@ def inputs(max_tokens: int | None = 200, override: str | None = None,
 def test_rule(case: DecisionInput, expected: tuple[str, str]) -> None:
     decision = RulePolicy().decide(case)
     assert (decision.mode, decision.reason) == expected
+    assert decision.kind is DecisionKind.RULE
+    assert decision.reason == f"rule:{decision.rule}"
 
 
 def test_modes_not_configured_fall_back_to_standard() -> None:

@@ -1,0 +1,35 @@
+"""One auto decision, assembled the same way wherever it is made.
+
+The gateway's dispatcher and the simulator's router both call ``decide_auto``:
+it gathers what the shared state has learned for the request's class and for the
+classes in flight, asks the policy, and records the outcome in this replica's
+routing memory (the class's last winner, each device group's cost leader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from policies.base import Decision, DecisionInput, DecisionKind, ModeLoad, Policy
+from policies.shared_state import SharedPolicyState
+
+
+def decide_auto(policy: Policy, state: SharedPolicyState, modes: Mapping[str, ModeLoad], *,
+                prompt_tokens: int, max_tokens: int | None, workload_class: str, now: float,
+                in_flight: Mapping[str, Mapping[str, int]],
+                explore_draw: float) -> tuple[DecisionInput, Decision]:
+    """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does."""
+    also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
+    inputs = DecisionInput(
+        modes=modes, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
+        workload_class=workload_class, acceptance=state.acceptance_for(workload_class, now),
+        expected_output_tokens=state.expected_output(workload_class, now),
+        previous_mode=state.previous_mode(workload_class), explore_draw=explore_draw,
+        in_flight=in_flight, last_won=state.last_won(), leading_since=state.leading_since(),
+        classes=state.learned_classes(now, also))
+    decision = policy.decide(inputs)
+    if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
+        state.remember(workload_class, decision.mode)
+    if decision.leader is not None and decision.leader in modes:
+        state.note_leader(modes[decision.leader].gpu_group, decision.leader, now)
+    return inputs, decision
