@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     from engines.embedded import prepare_embedded
     from engines.tokenizer import ChatTurn, HfTokenizer
     from gateway.settings import Settings
-    from training.prompts import heldout_prompts
+    from training.prompts import heldout_prompts, prompts_from_file
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--eagle3", type=Path, help="EAGLE-3 drafter dir (default: shipped)")
@@ -111,6 +111,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dflash-k", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, help="first N held-out prompts per kind")
+    parser.add_argument("--prompts", type=Path,
+                        help="another prompt set (JSONL with text and kind), e.g. training "
+                             "prompts to compare in- and out-of-distribution acceptance")
+    parser.add_argument("--methods", default="eagle3,dflash",
+                        help="speculative methods to measure (comma-separated)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--gateway", action="store_true",
                         help="also measure c = 1 tokens/s per forced mode through the gateway")
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     eagle3 = args.eagle3 or embedded.eagle3_dir
     dflash = args.dflash or embedded.dflash_dir
     tok = HfTokenizer(str(embedded.target_dir))
-    held = heldout_prompts()
+    held = prompts_from_file(args.prompts) if args.prompts else heldout_prompts()
     if args.limit:
         held = [p for kind in ("code", "copy", "chat")
                 for p in [q for q in held if q.kind == kind][:args.limit]]
@@ -134,8 +139,11 @@ def main(argv: list[str] | None = None) -> None:
         plain, reference = run_method(embedded.target_dir, "standard", None, 0, prompts,
                                       args.max_tokens, None)
         results = [plain]
+        wanted = set(args.methods.split(","))
         for method, drafter, k in (("eagle3", eagle3, args.eagle3_k),
                                    ("dflash", dflash, args.dflash_k)):
+            if method not in wanted:
+                continue
             results.append(run_method(embedded.target_dir, method, drafter, k, prompts,
                                       args.max_tokens, reference)[0])
         report = render(results, len(prompts), args.max_tokens)

@@ -11,14 +11,12 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from gateway import health, models
+from gateway import generation_router, health, models
 from gateway.access_log import AccessLogMiddleware
 from gateway.admin import router as admin_router
 from gateway.admission import Admission
 from gateway.auth import ApiKeyMiddleware
 from gateway.body_limit import BodyLimitMiddleware
-from gateway.chat import router as chat_router
-from gateway.completions import router as completions_router
 from gateway.errors import install_error_handlers
 from gateway.keys import KeyRing
 from gateway.metrics import GatewayMetrics, ResponseMetricsMiddleware
@@ -137,7 +135,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
                        count_error=metrics.on_error)
     app.add_middleware(ResponseMetricsMiddleware, metrics=metrics)
     app.add_middleware(AccessLogMiddleware)
-    for module in (health, models, chat_router, completions_router, admin_router):
+    for module in (health, models, generation_router, admin_router):
         app.include_router(module.router)
     app.include_router(metrics.router)
     return app

@@ -114,6 +114,19 @@ def unavailable(message: str, code: str = "mode_unavailable") -> OpenAIError:
                        headers={"Retry-After": "1"})
 
 
+def engine_failed(message: str, *, retryable: bool = True) -> OpenAIError:
+    """The engine failed a request it had accepted: 503 with ``Retry-After`` when a
+    retry may succeed (the engine died or its stream broke, and it is restarted), 502
+    when the engine's own answer was unusable."""
+    if retryable:
+        return OpenAIError(503, message, type="server_error", code="engine_failed",
+                           headers={"Retry-After": "1"})
+    return OpenAIError(502, message, type="server_error", code="engine_failed")
+
+
+ENDED_EARLY = "the engine stream ended without finishing"
+
+
 _STATUS_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
                  429: "rate_limit_error"}
 

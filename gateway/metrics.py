@@ -179,7 +179,8 @@ class GatewayMetrics:
 class ResponseMetricsMiddleware:
     """Counts every ``/v1/*`` response by mode, status and override, and times it to
     its last byte. Pure ASGI (not BaseHTTPMiddleware), which would break streaming
-    disconnect detection; the mode comes from the ``x-spec-mode`` response header."""
+    disconnect detection; the routing is what the endpoint left on the request's
+    state (none for a request refused before a mode was chosen)."""
 
     def __init__(self, app: object, metrics: GatewayMetrics) -> None:
         self.app = app
@@ -191,20 +192,19 @@ class ResponseMetricsMiddleware:
             await self.app(scope, receive, send)  # type: ignore[operator]
             return
         began = time.monotonic()
-        seen: dict[str, object] = {"status": 499, "mode": "none", "forced": False}
+        status = 499  # the client left before any response started
+        state = scope.setdefault("state", {})  # shared by copies of the scope downstream
 
         async def wrapped(message: dict) -> None:  # type: ignore[type-arg]
+            nonlocal status
             if message["type"] == "http.response.start":
-                seen["status"] = message["status"]
-                for key, value in message.get("headers", []):
-                    if key == b"x-spec-mode":
-                        seen["mode"] = value.decode("latin-1")
-                    elif key == b"x-spec-decision":
-                        seen["forced"] = value == b"override"
+                status = message["status"]
             await send(message)  # type: ignore[operator]
 
         try:
             await self.app(scope, receive, wrapped)  # type: ignore[operator]
         finally:
-            self.metrics.on_response(path, str(seen["mode"]), int(seen["status"]),  # type: ignore[call-overload]
-                                     bool(seen["forced"]), time.monotonic() - began)
+            routing = state.get("routing")
+            mode = routing.decision.mode if isinstance(routing, Routing) else "none"
+            forced = isinstance(routing, Routing) and routing.forced
+            self.metrics.on_response(path, mode, status, forced, time.monotonic() - began)

@@ -22,7 +22,7 @@ from engines.request import GenerationRequest
 from engines.tokenizer import Tokenizer
 from gateway import keepalive
 from gateway.dispatch import Dispatcher, OpenStream
-from gateway.errors import OpenAIError, bad_request
+from gateway.errors import ENDED_EARLY, OpenAIError, bad_request, engine_failed
 from gateway.protocol import SamplingFields, usage
 from gateway.pump import Idle, Interrupted
 from gateway.sampling import sampling_options, truncate_prompt
@@ -154,8 +154,7 @@ class Serving(ABC):
             first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s))
         if isinstance(stream.first, Failed):
             await stream.aclose()
-            raise OpenAIError(503, stream.first.message, type="server_error",
-                              code="engine_failed", headers={"Retry-After": "1"})
+            raise engine_failed(stream.first.message, retryable=stream.first.retryable)
         return Call(id=request_id, created=int(time.time()), model=self.model_name, wire=wire,
                     generation=generation, stream=stream,
                     choices=[ChoiceState(i) for i in range(n)])
@@ -184,13 +183,12 @@ class Serving(ABC):
                 if isinstance(event, TextDelta):
                     call.choices[event.index].add(event)
                 elif isinstance(event, Failed):
-                    raise OpenAIError(502 if not event.retryable else 503, event.message,
-                                      type="server_error", code="engine_failed")
+                    raise engine_failed(event.message, retryable=event.retryable)
                 else:
                     return self.json_body(call, event)
         except Interrupted as e:
             raise e.error(self.limits.request_timeout_s) from None
-        raise OpenAIError(502, "the engine stream ended without finishing", type="server_error")
+        raise engine_failed(ENDED_EARLY, retryable=False)
 
     async def sse(self, call: Call) -> AsyncIterator[str]:
         """The SSE body: chunks, keep-alive comments while silent, and ``[DONE]`` last,
@@ -204,9 +202,7 @@ class Serving(ABC):
                 try:
                     event = await stream.next(self.limits.keepalive_s)
                 except StopAsyncIteration:
-                    yield self._stream_error(OpenAIError(
-                        502, "the engine stream ended without finishing", type="server_error",
-                        code="engine_failed"))
+                    yield self._stream_error(engine_failed(ENDED_EARLY, retryable=False))
                     break
                 if isinstance(event, Idle):
                     yield keepalive.COMMENT
@@ -218,8 +214,8 @@ class Serving(ABC):
                     for choice in self.chunk_choices(call, state, event):
                         yield _sse(self._chunk(call, [choice], extra))
                 elif isinstance(event, Failed):
-                    yield self._stream_error(OpenAIError(503, event.message, type="server_error",
-                                                         code="engine_failed"))
+                    yield self._stream_error(engine_failed(event.message,
+                                                          retryable=event.retryable))
                     break
                 else:
                     if include_usage:
@@ -229,8 +225,7 @@ class Serving(ABC):
         except Interrupted as e:
             yield self._stream_error(e.error(self.limits.request_timeout_s))
         except EngineError as e:  # refused after the 200 went out (see keepalive.py)
-            yield self._stream_error(OpenAIError(503, f"the engine refused the request: {e}",
-                                                 type="server_error", code="engine_failed"))
+            yield self._stream_error(engine_failed(f"the engine refused the request: {e}"))
         finally:
             await stream.aclose()
         yield "data: [DONE]\n\n"

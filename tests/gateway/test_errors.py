@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.errors import engine_failed
 from tests.conftest import MODEL, FakeGateway
 
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
@@ -140,3 +141,12 @@ async def test_internal_errors_are_500_without_internal_text(gateway: FakeGatewa
     assert "secret" not in r.text
     assert "error id" in error["message"]
     assert "secret internal detail" in caplog.text
+
+
+def test_an_engine_failure_is_503_with_retry_after_when_a_retry_can_succeed() -> None:
+    retry = engine_failed("the 'eagle3' engine failed", retryable=True)
+    assert (retry.status, retry.code, retry.headers) == (503, "engine_failed",
+                                                         {"Retry-After": "1"})
+    final = engine_failed("the engine stream ended without finishing", retryable=False)
+    assert (final.status, final.code, final.type) == (502, "engine_failed", "server_error")
+    assert final.body()["error"]["message"] == "the engine stream ended without finishing"
