@@ -35,16 +35,9 @@ class LiveCounters:
 
     def observe_step(self, index: int, prefills: int, decodes: int, at: float) -> None:
         """Time one engine step as the interval since the previous one, kept for pure
-        decode steps that directly follow a busy step (the engine stepped without a
-        break in between).
-
-        vLLM's ``elapsed_ms`` starts only after ``execute_model`` has been dispatched,
-        and a single-process executor runs the forward pass inside that call: on
-        the CPU build it timed sampling and drafting alone, so n-gram at batch 8 looked
-        three times faster than it served. The interval holds the whole cycle
-        (schedule, forward, sample, draft, output). Intervals are stamped where the
-        outputs arrive, so one may be short and the next long; their mean, which the
-        profile keeps, is the engine's."""
+        decode steps that directly follow a busy step. Not vLLM's ``elapsed_ms``,
+        which misses the forward pass on a single-process executor (docs/policy.md,
+        "Design notes")."""
         previous = self.last_step
         self.last_step = (index, at, prefills + decodes > 0)
         if prefills or decodes <= 0 or previous is None:

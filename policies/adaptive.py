@@ -223,15 +223,7 @@ class AdaptivePolicy(Policy):
                       optimistic: bool = False) -> ModeCost:
         """``load``'s cost as if its device group's whole batch (plus this request)
         ran on it, serving the mix of classes in flight there: the state traffic
-        converges to once new requests follow.
-
-        The marginal costs count a split of the device as permanent, so once one
-        engine holds the batch every other looks worse, whatever it would do with
-        the batch (the first winner locks in; or two engines each look cheaper to
-        join than the other and the device stays split). Pricing each class on its
-        own splits the device too: math on DFlash, chat on plain, and every round
-        costs both steps. Exploration keeps using the marginal costs: they are the
-        true price of one request elsewhere."""
+        converges to once new requests follow (docs/policy.md, "Design notes")."""
         group = groups[load.gpu_group]
         return estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
                             self.settings, scale, optimistic)
@@ -255,22 +247,10 @@ class AdaptivePolicy(Policy):
     def _explore(self, inputs: DecisionInput, candidates: list[ModeLoad],
                  marginal: list[ModeCost], costs: list[ModeCost],
                  groups: Mapping[str, _Group], output: float, scale: float) -> str | None:
-        """Serve a mode other than the best, so that every mode keeps a fresh estimate.
-
-        First measurement: with the boosted share, a speculative mode with little
-        evidence on this class, whose engine is idle (one such request in flight
-        is enough to learn from), and which would be within bounds of the best if
-        its full prior held for the whole batch. Then, with ``exploration_share``,
-        the least-measured mode whose marginal cost is within bounds and whose
-        estimate on the class has gone stale (less than ``exploration_fresh_steps``
-        of decayed evidence): a fresh one gains nothing from another request, and on
-        the real CPU sweep one exploration in a cell of eight requests cost a third
-        of its throughput. Only idle engines are explored: one request measures a
-        mode, and joining an engine
-        that is busy only with earlier explorations looks cheap at the margin (its
-        step is already paid) while it keeps the device split for everyone. And only
-        where the whole device group is idle: an idle engine beside a busy one adds
-        its whole step to every round of the busy one's batch."""
+        """Serve a mode other than the best, so that every mode keeps a fresh estimate:
+        first a speculative mode never measured on this class, then (with
+        ``exploration_share``) the stalest one within bounds; only on an idle device
+        group. Why these limits: docs/policy.md, "Design notes"."""
         s = self.settings
         if len(marginal) < 2:
             return None

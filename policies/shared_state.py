@@ -172,16 +172,10 @@ class SharedPolicyState:
     def observe(self, mode: str, workload_class: str, drafts: int, draft_tokens: int,
                 accepted: int, completion_tokens: int, now: float,
                 speculative: bool | None = None) -> None:
-        """Feed back one finished request (forced or not).
-
-        What is learned is tokens per *decode step*, not per draft: n-gram proposes
-        nothing where the text has no match, and such a step is a plain one. Counted
-        per draft, n-gram on free text measured 2.6 tokens a step (the few steps that
-        matched) while it served about 1 (a traced request: 2 drafts in 31 steps),
-        and won every decision against plain decoding that was faster. A request's
-        decode steps are its tokens after the
-        first, less the accepted ones (each step adds one token plus those accepted).
-        ``speculative`` None: a mode that drafted anything."""
+        """Feed back one finished request (forced or not). Learns tokens per *decode
+        step* (its tokens after the first, less the accepted ones), not per draft:
+        see docs/policy.md, "Design notes". ``speculative`` None: a mode that drafted
+        anything."""
         half_life = self.settings.acceptance_half_life_s
         if speculative is None:
             speculative = drafts > 0 or draft_tokens > 0
