@@ -1,5 +1,8 @@
 """Each test tier fails on its own time limit, not the suite-wide 900 s.
 
+The tiers are folders: everything under ``tests/real`` is marked ``real``
+(``pytest -m "not real"`` runs the rest); ``_SLOW`` lists the slow ones.
+
 A hang in a fast test used to cost the whole 900 s (pyproject's ``timeout``,
 kept as the outer bound) before anyone saw it. Every collected test without
 a ``timeout`` marker of its own gets its tier's limit, always with the
@@ -26,14 +29,17 @@ _SLOW = ("sim", "deploy", "gateway/test_fuzz_openapi.py", "gateway/test_hostile_
 
 def tier_timeout(item: pytest.Item) -> float:
     path = Path(str(item.path))
-    if item.get_closest_marker("real") is not None or path.is_relative_to(_TESTS / "real"):
+    if item.get_closest_marker("real") is not None:
         return REAL_S
     if any(path.is_relative_to(_TESTS / slow) for slow in _SLOW):
         return SLOW_S
     return FAST_S
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not real"`` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if Path(str(item.path)).is_relative_to(_TESTS / "real"):
+            item.add_marker(pytest.mark.real)  # the real tier is its folder
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(tier_timeout(item), method="signal"))

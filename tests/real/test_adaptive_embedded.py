@@ -14,11 +14,8 @@ import asyncio
 import time
 
 import httpx
-import pytest
 
 from tests.real.conftest import ADMIN_KEY, RealGateway
-
-pytestmark = pytest.mark.real
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PASSAGE = ("The quick brown fox jumps over the lazy dog near the quiet river bank, "

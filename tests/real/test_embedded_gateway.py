@@ -11,8 +11,6 @@ import pytest
 
 from tests.real.conftest import RealGateway
 
-pytestmark = pytest.mark.real
-
 MODES = ("standard", "ngram", "eagle3", "dflash")
 # Copy-heavy prompts give the n-gram proposer something to accept; the rest are free text.
 # A plain continuation of a count: greedy, the model keeps counting until max_tokens,

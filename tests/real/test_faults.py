@@ -25,8 +25,6 @@ import pytest
 from bench.gateway_process import GatewayProcess
 from tests.redis_server import RedisServer
 
-pytestmark = pytest.mark.real
-
 MODES = {"standard": {},
          "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
                    "prompt_lookup_min": 2}}

@@ -22,8 +22,6 @@ import pytest
 
 from tests.real.conftest import RealGateway
 
-pytestmark = pytest.mark.real
-
 ROOT = Path(__file__).resolve().parents[2]
 LOAD_VENV = ROOT / os.environ.get("LOAD_VENV", ".venv-load")
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

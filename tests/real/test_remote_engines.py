@@ -22,8 +22,6 @@ from gateway.settings import Settings
 from tests.conftest import free_port
 from tests.redis_server import RedisServer
 
-pytestmark = pytest.mark.real
-
 KEY = "remote-admin"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 COUNTING = ", ".join(str(i) for i in range(1, 30)) + ","   # greedy: counts to max_tokens
