@@ -35,6 +35,8 @@ from policies.store.base import (
 log = logging.getLogger(__name__)
 
 LoadProvider = Callable[[], ReplicaLoad]
+# Syncs in a row that may fail on a slow reply before the store counts as down.
+SLOW_SYNCS_TOLERATED = 1
 
 
 @dataclass(slots=True)
@@ -59,6 +61,7 @@ class SharedPolicyState:
         self.max_classes = max_classes
         self.load_provider: LoadProvider | None = None
         self.store_up = True
+        self._slow_in_row = 0  # syncs in a row that failed on a slow reply
         self.last_error: str | None = None
         self.outages = 0
         self.last_sync_at: float | None = None
@@ -227,12 +230,18 @@ class SharedPolicyState:
             if state.settings_version < self.settings_version:
                 state = await self._reseed(state)
         except StoreUnavailable as e:
+            self.last_error = str(e)
+            if e.slow and self.store_up and self._slow_in_row < SLOW_SYNCS_TOLERATED:
+                # One slow reply on a busy machine is not an outage: retry first.
+                self._slow_in_row += 1
+                return False
             if self.store_up:
                 self.outages += 1
                 log.warning("policy store unavailable, deciding from local state: %s", e)
             self.store_up = False
             self.last_error = str(e)
             return False
+        self._slow_in_row = 0
         self._remote = state
         self._apply_settings(state)
         if not self.store_up:

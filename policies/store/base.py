@@ -102,7 +102,11 @@ class StoreState:
 
 
 class StoreUnavailable(Exception):
-    """The backing store cannot be reached (or timed out)."""
+    """The backing store cannot be reached, or did not answer in time (``slow``)."""
+
+    def __init__(self, message: str, *, slow: bool = False) -> None:
+        super().__init__(message)
+        self.slow = slow
 
 
 class PolicyStore(ABC):

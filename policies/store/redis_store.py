@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.bounded import bounded, stop_tasks
 from policies.store.base import (
@@ -65,6 +66,10 @@ return 1
 """
 
 
+# Every call is bounded at this many times the configured timeout.
+CALL_BOUND = 4
+
+
 class RedisStore(PolicyStore):
     def __init__(self, url: str, prefix: str = "specgate", timeout_s: float = 0.25,
                  max_decisions: int = 100_000, clock: Callable[[], float] = time.time) -> None:
@@ -72,8 +77,12 @@ class RedisStore(PolicyStore):
         self.timeout_s = timeout_s
         self.max_decisions = max_decisions
         self.clock = clock
+        # A socket read or connect may take the whole call's bound: on a loaded
+        # machine a reply can sit unread for a while, and giving up on it early
+        # made the store flap between up and down under load.
         self._redis: aioredis.Redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+            url, socket_timeout=timeout_s * CALL_BOUND,
+            socket_connect_timeout=timeout_s * CALL_BOUND,
             retry_on_timeout=False, decode_responses=True, health_check_interval=0)
         self._add = self._redis.register_script(_ADD_DECAYED)
         # Calls given up on (timed out, or their caller cancelled) that have not
@@ -89,10 +98,11 @@ class RedisStore(PolicyStore):
         # and the call then runs unbounded (a background loop cancelled at
         # shutdown ran on for ever, and the shutdown waited on it).
         try:
-            return await bounded(op, self.timeout_s * 4, self._calls)
+            return await bounded(op, self.timeout_s * CALL_BOUND, self._calls)
         except (RedisError, OSError, TimeoutError) as e:
             await self._drop_connections()
-            raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from e
+            slow = isinstance(e, TimeoutError | RedisTimeoutError)
+            raise StoreUnavailable(f"redis: {type(e).__name__}: {e}", slow=slow) from e
 
     async def _drop_connections(self) -> None:
         """A command cut off mid-reply (a timeout, a cancellation, a server that went

@@ -11,6 +11,7 @@ couple of event-loop turns, so the tests cancel at every turn in turn.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from policies.shared_state import SharedPolicyState
 from policies.store.redis_store import RedisStore
@@ -74,3 +75,19 @@ async def test_close_ends_calls_given_up_on(redis_server: RedisServer) -> None:
     await asyncio.wait(calls, timeout=2.0)
     await asyncio.wait_for(store.close(), timeout=2.0)
     assert not store._calls
+
+
+async def test_a_stalled_event_loop_is_not_a_store_outage(redis_server: RedisServer) -> None:
+    """An overloaded gateway's event loop can stall for a moment while a reply is on
+    its way; within the call's bound that must not read as Redis being down (a CI run
+    on a loaded machine saw the store never come back after a restart that way)."""
+    store = RedisStore(redis_server.url, timeout_s=0.25)     # each call bounded at 1 s
+    try:
+        await store.ping()
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.005, time.sleep, 0.6)              # a 0.6 s stall, mid-call
+        began = time.monotonic()
+        while time.monotonic() - began < 0.8:
+            await store.settings_version()
+    finally:
+        await store.close()

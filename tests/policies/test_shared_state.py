@@ -34,6 +34,7 @@ class FlakyStore(PolicyStore):
     def __init__(self, inner: MemoryStore) -> None:
         self.inner = inner
         self.down = False
+        self.slow = False
         self.fail_after_calls: int | None = None
 
     def _check(self) -> None:
@@ -43,6 +44,8 @@ class FlakyStore(PolicyStore):
             self.fail_after_calls -= 1
         if self.down:
             raise StoreUnavailable("connection refused")
+        if self.slow:
+            raise StoreUnavailable("timed out", slow=True)
 
     async def add_acceptance(self, mode: str, workload_class: str, sums: AcceptanceSums,
                              now: float, half_life_s: float) -> None:
@@ -272,3 +275,25 @@ async def test_steps_that_drafted_nothing_count_as_plain_steps() -> None:
     state.observe("standard", "prose", drafts=0, draft_tokens=0, accepted=0,
                   completion_tokens=20, now=clock(), speculative=False)
     assert "standard" not in state.acceptance_for("prose", clock())
+
+
+async def test_one_slow_reply_is_not_an_outage_but_two_in_a_row_are() -> None:
+    """On a loaded machine a reply can come late once; /ready and the outage count
+    must not flap on that. A store that stays slow is down, and comes back."""
+    clock = Clock()
+    flaky = FlakyStore(MemoryStore(clock=clock))
+    state = SharedPolicyState(flaky, "r1", clock=clock)
+    assert await state.sync_once()
+    flaky.slow = True
+    assert not await state.sync_once()
+    assert state.store_up is True and state.outages == 0
+    assert "timed out" in (state.last_error or "")
+    flaky.slow = False
+    assert await state.sync_once()                     # the count starts again
+    flaky.slow = True
+    assert not await state.sync_once()
+    assert state.store_up is True
+    assert not await state.sync_once()
+    assert state.store_up is False and state.outages == 1
+    flaky.slow = False
+    assert await state.sync_once() and state.store_up is True
