@@ -20,13 +20,15 @@ def decide_auto(policy: Policy, state: SharedPolicyState, modes: Mapping[str, Mo
                 explore_draw: float) -> tuple[DecisionInput, Decision]:
     """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does."""
     also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
+    classes = state.learned_classes(now, also)  # one snapshot of what is learned
+    this = classes[workload_class]
     inputs = DecisionInput(
         modes=modes, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
-        workload_class=workload_class, acceptance=state.acceptance_for(workload_class, now),
-        expected_output_tokens=state.expected_output(workload_class, now),
+        workload_class=workload_class, acceptance=this.acceptance,
+        expected_output_tokens=this.expected_output_tokens,
         previous_mode=state.previous_mode(workload_class), explore_draw=explore_draw,
         in_flight=in_flight, last_won=state.last_won(), leading_since=state.leading_since(),
-        classes=state.learned_classes(now, also))
+        classes=classes)
     decision = policy.decide(inputs)
     if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
         state.remember(workload_class, decision.mode)

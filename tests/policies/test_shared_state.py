@@ -297,3 +297,22 @@ async def test_one_slow_reply_is_not_an_outage_but_two_in_a_row_are() -> None:
     assert state.store_up is False and state.outages == 1
     flaky.slow = False
     assert await state.sync_once() and state.store_up is True
+
+
+async def test_one_snapshot_of_learned_state_agrees_with_the_per_class_reads() -> None:
+    """A decision reads what is learned once (``learned_classes``); for the request's
+    own class that must equal ``acceptance_for`` and ``expected_output``, with data
+    in the store, in flight and pending alike."""
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    state = SharedPolicyState(store, "r1", clock=clock)
+    observe(state, "ngram", "copy", 20, clock)
+    await state.sync_once()                            # in the store
+    clock.now += 60
+    observe(state, "ngram", "copy", 5, clock)          # pending
+    observe(state, "eagle3", "copy", 9, clock)
+    clock.now += 30
+    snapshot = state.learned_classes(clock(), {"copy", "never-seen"})["copy"]
+    assert dict(snapshot.acceptance) == state.acceptance_for("copy", clock())
+    assert snapshot.expected_output_tokens == pytest.approx(state.expected_output("copy",
+                                                                                  clock()))
