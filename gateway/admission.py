@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from gateway.errors import OpenAIError
+from policies.base import DEFAULT_WORKLOAD_CLASS
 
 RETRY_AFTER_S = "1"
 
@@ -51,12 +52,13 @@ def shutting_down() -> OpenAIError:
 class Ticket:
     """One admitted request; holds its slot until released (idempotent)."""
 
-    __slots__ = ("_admission", "_released", "mode", "on_interrupt")
+    __slots__ = ("_admission", "_released", "mode", "on_interrupt", "workload_class")
 
-    def __init__(self, admission: Admission, mode: str) -> None:
+    def __init__(self, admission: Admission, mode: str, workload_class: str) -> None:
         self._admission = admission
         self._released = False
         self.mode = mode
+        self.workload_class = workload_class
         # Set by whoever drives the request: how to stop it.
         self.on_interrupt: Callable[[Reason], None] | None = None
 
@@ -78,6 +80,7 @@ class Admission:
         self.total_limit = total
         self.closed = False
         self._by_mode: Counter[str] = Counter()
+        self._by_class: Counter[tuple[str, str]] = Counter()
         self._live: set[Ticket] = set()
 
     @property
@@ -86,6 +89,14 @@ class Admission:
 
     def in_flight(self, mode: str) -> int:
         return self._by_mode[mode]
+
+    def in_flight_by_class(self) -> dict[str, dict[str, int]]:
+        """Admitted, unfinished requests: mode -> workload class -> count."""
+        counts: dict[str, dict[str, int]] = {}
+        for (mode, cls), n in self._by_class.items():
+            if n > 0:
+                counts.setdefault(mode, {})[cls] = n
+        return counts
 
     def has_room(self, mode: str) -> bool:
         return not self.per_mode or self._by_mode[mode] < self.per_mode
@@ -101,14 +112,15 @@ class Admission:
         if not self.has_room(mode):
             raise mode_queue_full(mode, self.per_mode)
 
-    def admit(self, mode: str) -> Ticket:
+    def admit(self, mode: str, workload_class: str = DEFAULT_WORKLOAD_CLASS) -> Ticket:
         """Take a slot. Call right after the checks, with no ``await`` in between:
         on one event loop nothing else can take the slot meanwhile."""
         self.check_open()
         self.check_mode(mode)
-        ticket = Ticket(self, mode)
+        ticket = Ticket(self, mode, workload_class)
         self._live.add(ticket)
         self._by_mode[mode] += 1
+        self._by_class[(mode, workload_class)] += 1
         return ticket
 
     def close(self) -> None:
@@ -124,3 +136,7 @@ class Admission:
     def _release(self, ticket: Ticket) -> None:
         self._live.discard(ticket)
         self._by_mode[ticket.mode] -= 1
+        key = (ticket.mode, ticket.workload_class)
+        self._by_class[key] -= 1
+        if self._by_class[key] <= 0:
+            del self._by_class[key]

@@ -13,7 +13,6 @@ import logging
 import random
 import re
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -151,9 +150,6 @@ class Dispatcher:
         self.mode_info = mode_info or {}
         self.clock = clock
         self.rng = rng or random.Random()
-        # Open engine requests per (mode, workload class): the mix each device group
-        # serves, which the policy prices modes on.
-        self._in_flight: Counter[tuple[str, str]] = Counter()
 
     def valid_header_values(self) -> list[str]:
         return [AUTO, *sorted(self.engines)]
@@ -187,11 +183,9 @@ class Dispatcher:
         return {name: self._load(name, engine) for name, engine in self.engines.items()}
 
     def in_flight(self) -> dict[str, dict[str, int]]:
-        """Open engine requests, mode -> workload class -> count (forced ones too)."""
-        counts: dict[str, dict[str, int]] = {}
-        for (mode, cls), n in self._in_flight.items():
-            counts.setdefault(mode, {})[cls] = n
-        return counts
+        """Open engine requests, mode -> workload class -> count (forced ones too): the
+        mix each device group serves, which the policy prices modes on."""
+        return self.admission.in_flight_by_class()
 
     def decide(self, override: str | None, prompt_tokens: int, max_tokens: int | None,
                requested_class: str | None, request_id: str = "") -> Routing:
@@ -211,11 +205,10 @@ class Dispatcher:
             admission.check_mode(override)
             decision = forced(override)
         else:
-            # A full mode is shown to the policy as down: auto traffic goes where there
-            # is room.
+            # Auto traffic goes where there is room; a full mode's batch still counts.
             full = {name for name, load in loads.items()
                     if load.up and not admission.has_room(name)}
-            loads = {name: replace(load, up=False) if name in full else load
+            loads = {name: replace(load, has_room=False) if name in full else load
                      for name, load in loads.items()}
             try:
                 inputs, decision = decide_auto(
@@ -244,16 +237,11 @@ class Dispatcher:
         passes; ``first_wait_s`` > 0 returns without a first event after that long.
         """
         mode = routing.decision.mode
-        ticket = self.admission.admit(mode)
-        leave = self._enter(mode, routing.workload_class)
-
-        def done() -> None:
-            ticket.release()
-            leave()
+        ticket = self.admission.admit(mode, routing.workload_class)
         try:
-            pump = EventPump(self.engines[mode].generate(request), deadline, done)
+            pump = EventPump(self.engines[mode].generate(request), deadline, ticket.release)
         except BaseException:
-            done()
+            ticket.release()
             raise
         ticket.on_interrupt = pump.interrupt
         stream = OpenStream(routing, pump, ticket, self._completed)
@@ -268,22 +256,6 @@ class Dispatcher:
         if not isinstance(first, Idle):
             stream.first = first
         return stream
-
-    def _enter(self, mode: str, cls: str) -> Callable[[], None]:
-        """Count a request in flight until the returned call (idempotent): the engine
-        iterator's end, however it ended."""
-        key = (mode, cls)
-        self._in_flight[key] += 1
-        left = False
-
-        def leave() -> None:
-            nonlocal left
-            if not left:
-                left = True
-                self._in_flight[key] -= 1
-                if self._in_flight[key] <= 0:
-                    del self._in_flight[key]
-        return leave
 
     def _completed(self, done: Completed) -> None:
         for observer in self.observers:

@@ -137,7 +137,7 @@ class AdaptivePolicy(Policy):
     def _candidates(self, inputs: DecisionInput) -> list[ModeLoad]:
         enabled = self.settings.enabled_modes
         return [load for name, load in inputs.modes.items()
-                if load.up and (enabled is None or name in enabled)]
+                if load.up and load.has_room and (enabled is None or name in enabled)]
 
     def _expected_output(self, inputs: DecisionInput) -> float:
         if inputs.max_tokens is not None:
@@ -161,8 +161,7 @@ class AdaptivePolicy(Policy):
             group = groups.get(load.gpu_group)
             if group is None:
                 group = groups[load.gpu_group] = _Group(1, [])
-            # A full engine is shown as down but its batch still runs on the device.
-            group.batch += load.batch_size
+            group.batch += load.batch_size  # full or not, its batch runs on the device
             if s.group_mix:
                 group.flight.extend((load, cls, n) for cls, n in
                                     inputs.in_flight.get(load.mode, {}).items() if n > 0)

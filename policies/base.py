@@ -24,6 +24,9 @@ class ModeLoad:
     up: bool
     batch_size: int
     speculative: bool
+    # False while the mode's admission queue is full: not a candidate for this
+    # request, though its batch still runs on its device.
+    has_room: bool = True
     kv_cache_usage: float = 0.0
     # Measured draft acceptance (accepted / drafted) over a recent window;
     # None until the engine has drafted anything.

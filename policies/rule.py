@@ -38,7 +38,7 @@ class RulePolicy(Policy):
 
     def decide(self, inputs: DecisionInput) -> Decision:
         s = self.settings
-        up = {name: load for name, load in inputs.modes.items() if load.up}
+        up = {name: load for name, load in inputs.modes.items() if load.up and load.has_room}
         if not up:
             raise NoModeAvailable("no engine is up")
 

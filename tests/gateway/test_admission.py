@@ -159,3 +159,15 @@ async def test_a_client_that_leaves_frees_its_slot(bounded: FakeGateway) -> None
     r = await bounded.client.post("/v1/chat/completions", headers={"x-spec-mode": "eagle3"},
                                   json={**CHAT, "stream": True})
     assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
+
+
+def test_the_one_in_flight_count_is_by_mode_and_class() -> None:
+    """What the policy prices the device mix on is admission's own count."""
+    a = Admission()
+    code = a.admit("dflash", "code")
+    chat = [a.admit("dflash", "chat"), a.admit("standard", "chat")]
+    assert a.in_flight_by_class() == {"dflash": {"code": 1, "chat": 1}, "standard": {"chat": 1}}
+    code.release()
+    for ticket in chat:
+        ticket.release()
+    assert a.in_flight_by_class() == {} and a.total == 0

@@ -327,3 +327,20 @@ def test_a_busy_group_holds_its_latest_winner_an_idle_one_the_classs() -> None:
     # Deciding per class: the class's last winner is held, busy or not.
     per_class = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2, group_mix=False))
     assert per_class.decide(busy).mode == "dflash"
+
+
+def test_a_full_mode_is_no_candidate_but_its_batch_still_loads_its_device() -> None:
+    """A mode whose admission queue is full is skipped, not taken for down: its batch
+    keeps running on the shared device, and the others are priced with it."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.0))
+    free = case(acceptance=HIGH_TAU)
+    assert policy.decide(free).mode == "dflash"
+    busy = {"dflash": replace(load("dflash", batch=8), has_room=False)}
+    full = policy.decide(case(modes=busy, acceptance=HIGH_TAU))
+    assert full.mode != "dflash" and "dflash" not in full.scores
+    down = policy.decide(case(modes={"dflash": load("dflash", up=False)},
+                              acceptance=HIGH_TAU))
+    # The same choice as with dflash down, but dearer: the full engine's eight requests
+    # share the device.
+    assert full.mode == down.mode
+    assert full.scores[full.mode] > down.scores[down.mode]
