@@ -33,6 +33,7 @@ from policies.base import (
     Policy,
     forced,
 )
+from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ class Dispatcher:
         self.decision_observers = list(decision_observers or [])
         self.policy = policy
         self.state = state
+        self.memory = RoutingMemory()   # this replica's own auto decisions
         self.mode_info = mode_info or {}
         self.clock = clock
         self.rng = rng or random.Random()
@@ -212,7 +214,7 @@ class Dispatcher:
                      for name, load in loads.items()}
             try:
                 inputs, decision = decide_auto(
-                    self.policy, state, loads, prompt_tokens=prompt_tokens,
+                    self.policy, state, self.memory, loads, prompt_tokens=prompt_tokens,
                     max_tokens=max_tokens, workload_class=cls, now=now,
                     in_flight=self.in_flight(), explore_draw=self.rng.random())
             except NoModeAvailable as e:

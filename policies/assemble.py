@@ -2,8 +2,9 @@
 
 The gateway's dispatcher and the simulator's router both call ``decide_auto``:
 it gathers what the shared state has learned for the request's class and for the
-classes in flight, asks the policy, and records the outcome in this replica's
-routing memory (the class's last winner, each device group's cost leader).
+classes in flight and what this replica's routing memory holds, asks the policy,
+and records the outcome in that memory (the class's last winner, each device
+group's cost leader).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from policies.base import Decision, DecisionInput, DecisionKind, ModeLoad, Policy
+from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 
 
-def decide_auto(policy: Policy, state: SharedPolicyState, modes: Mapping[str, ModeLoad], *,
+def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
+                modes: Mapping[str, ModeLoad], *,
                 prompt_tokens: int, max_tokens: int | None, workload_class: str, now: float,
                 in_flight: Mapping[str, Mapping[str, int]],
                 explore_draw: float) -> tuple[DecisionInput, Decision]:
@@ -26,12 +29,12 @@ def decide_auto(policy: Policy, state: SharedPolicyState, modes: Mapping[str, Mo
         modes=modes, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
         workload_class=workload_class, acceptance=this.acceptance,
         expected_output_tokens=this.expected_output_tokens,
-        previous_mode=state.previous_mode(workload_class), explore_draw=explore_draw,
-        in_flight=in_flight, last_won=state.last_won(), leading_since=state.leading_since(),
+        previous_mode=memory.previous_mode(workload_class), explore_draw=explore_draw,
+        in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
         classes=classes)
     decision = policy.decide(inputs)
     if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
-        state.remember(workload_class, decision.mode)
+        memory.remember(workload_class, decision.mode)
     if decision.leader is not None and decision.leader in modes:
-        state.note_leader(modes[decision.leader].gpu_group, decision.leader, now)
+        memory.note_leader(modes[decision.leader].gpu_group, decision.leader, now)
     return inputs, decision

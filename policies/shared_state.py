@@ -70,10 +70,6 @@ class SharedPolicyState:
         self._pending = _Buffers()
         self._inflight = _Buffers()
         self._decisions: deque[dict[str, str]] = deque(maxlen=max_buffered_decisions)
-        self._previous: dict[str, str] = {}
-        self._last_won: dict[str, float] = {}
-        self._leading: dict[str, tuple[str, float]] = {}   # device group -> (mode, since)
-        self._wins = 0
         self._classes: set[str] = {DEFAULT_WORKLOAD_CLASS}
         self._settings_listeners: list[Callable[[AdaptiveSettings], None]] = []
         self._stopping = False
@@ -148,29 +144,6 @@ class SharedPolicyState:
 
     def known_classes(self) -> list[str]:
         return sorted({cls for (_, cls) in self._remote.acceptance} | self._classes)
-
-    def previous_mode(self, workload_class: str) -> str | None:
-        return self._previous.get(workload_class)
-
-    def remember(self, workload_class: str, mode: str) -> None:
-        self._previous[workload_class] = mode
-        self._wins += 1
-        self._last_won[mode] = self._wins
-
-    def note_leader(self, group: str, mode: str, now: float) -> None:
-        """Record the cost leader a decision saw in ``group``: a new leader starts its
-        lead now, the same one keeps the time it took the lead."""
-        current = self._leading.get(group)
-        if current is None or current[0] != mode:
-            self._leading[group] = (mode, now)
-
-    def leading_since(self) -> dict[str, float]:
-        """Since when each device group's cost leader has led (mode -> time)."""
-        return {mode: since for mode, since in self._leading.values()}
-
-    def last_won(self) -> dict[str, float]:
-        """When each mode last won an auto decision, as a sequence number."""
-        return dict(self._last_won)
 
     def observe(self, mode: str, workload_class: str, drafts: int, draft_tokens: int,
                 accepted: int, completion_tokens: int, now: float,
@@ -340,7 +313,6 @@ class SharedPolicyState:
                            for cls in classes},
             "expected_output_tokens": {cls: self.expected_output(cls, now)
                                        for cls in classes},
-            "previous_winner": dict(self._previous),
             "replicas": {rid: {"at": r.at, "modes": dict(r.modes),
                                "step_profile": dict(r.step_profile)}
                          for rid, r in self._remote.replicas.items()},

@@ -19,6 +19,7 @@ from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.assemble import decide_auto
 from policies.base import ModeLoad
+from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
 from sim.engine import SimEngine
@@ -84,6 +85,7 @@ class PolicyRouter(Router):
         def follow(new: AdaptiveSettings) -> None:
             self.policy.settings = new
         self.state.on_settings_change(follow)
+        self.memory = RoutingMemory()
         self.rng = random.Random(seed)
         self.sync_interval_s = sync_interval_s
         self._last_sync = -sync_interval_s
@@ -95,7 +97,8 @@ class PolicyRouter(Router):
         state = self.state
         cls = state.workload_class(request.cls.name)
         _, decision = decide_auto(
-            self.policy, state, {name: mode_load(e, now) for name, e in engines.items()},
+            self.policy, state, self.memory,
+            {name: mode_load(e, now) for name, e in engines.items()},
             prompt_tokens=request.prompt_tokens, max_tokens=request.max_tokens,
             workload_class=cls, now=now,
             in_flight={name: in_flight_by_class(e) for name, e in engines.items()},

@@ -36,7 +36,9 @@ async def get_policy(runtime: RuntimeDep, _: AdminDep) -> dict[str, Any]:
     return {"policy": runtime.policy.name, "replica_id": state.replica_id,
             "settings_version": state.settings_version,
             "settings": state.settings.model_dump(mode="json"),
-            "load": load, **state.describe(now)}
+            "load": load, **state.describe(now),
+            "previous_winner": dispatcher.memory.describe()["previous_winner"]
+            if dispatcher is not None else {}}
 
 
 @router.put("/policy")

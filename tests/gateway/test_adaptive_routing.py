@@ -95,7 +95,7 @@ async def test_the_policy_sees_the_requests_in_flight_by_mode_and_class() -> Non
     assert seen.in_flight == {"dflash": {"code": 1}}
     assert {"code", "chat"} <= set(seen.classes)
     assert seen.last_won == {}                       # no auto decision before this one
-    assert state.last_won().keys() == {chat.routing.decision.mode}
+    assert dispatcher.memory.last_won().keys() == {chat.routing.decision.mode}
     async for _ in code.events():                    # finished: no longer in flight
         pass
     assert dispatcher.in_flight() == {chat.routing.decision.mode: {"chat": 1}}
@@ -117,11 +117,12 @@ async def test_a_forced_mode_never_consults_the_policy_and_is_audited_as_forced(
     assert (routing.decision.mode, routing.decision.kind, routing.forced) == \
         ("ngram", DecisionKind.OVERRIDE, True)
     assert routing.decision.reason == "override" and routing.decision.leader is None
-    assert state.previous_mode("code") is None and state.last_won() == {}
+    memory = dispatcher.memory
+    assert memory.previous_mode("code") is None and memory.last_won() == {}
     auto = dispatcher.decide(None, 3, 100, "code", request_id="req-2")
     assert len(policy.seen) == 1 and auto.decision.kind in (DecisionKind.COST,
                                                             DecisionKind.HOLD)
-    assert state.previous_mode("code") == auto.decision.mode
+    assert memory.previous_mode("code") == auto.decision.mode
     await state.sync_once()
     audit = await store.recent_decisions(10)
     assert [(e["request_id"], e["kind"], e["forced"]) for e in audit] == \

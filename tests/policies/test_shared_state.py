@@ -233,30 +233,6 @@ async def test_learned_classes_match_the_per_class_reads_in_one_pass() -> None:
     assert classes["new"].expected_output_tokens is None and classes["new"].requests == 0.0
 
 
-async def test_last_won_orders_the_modes_by_their_latest_auto_win() -> None:
-    state = SharedPolicyState(MemoryStore(), "r")
-    assert state.last_won() == {}
-    state.remember("math", "dflash")
-    state.remember("chat", "standard")
-    state.remember("math", "dflash")
-    won = state.last_won()
-    assert max(won, key=won.__getitem__) == "dflash"
-    assert won["standard"] < won["dflash"]
-    assert state.previous_mode("chat") == "standard"
-
-
-async def test_a_group_leader_keeps_the_time_it_took_the_lead() -> None:
-    state = SharedPolicyState(MemoryStore(), "r")
-    assert state.leading_since() == {}
-    state.note_leader("gpu0", "dflash", 10.0)
-    state.note_leader("gpu0", "dflash", 15.0)
-    state.note_leader("gpu1", "ngram", 12.0)
-    assert state.leading_since() == {"dflash": 10.0, "ngram": 12.0}
-    state.note_leader("gpu0", "standard", 20.0)         # a new leader starts over
-    state.note_leader("gpu0", "dflash", 21.0)
-    assert state.leading_since() == {"dflash": 21.0, "ngram": 12.0}
-
-
 async def test_steps_that_drafted_nothing_count_as_plain_steps() -> None:
     """n-gram proposes only where the text matches: 2 drafts, both fully accepted,
     in a 32-token answer is 1.06 tokens a step, not the 5 a step a per-draft count

@@ -1,0 +1,46 @@
+"""This replica's routing memory: what its own recent auto decisions were.
+
+Hysteresis and switching read it (the last winner per workload class, when each
+mode last won, since when each device group's cost leader has led). It is local
+to the replica that decided, never shared through the store, and kept apart
+from the learned statistics (``shared_state.py``), which are shared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RoutingMemory:
+    def __init__(self) -> None:
+        self._previous: dict[str, str] = {}
+        self._last_won: dict[str, float] = {}
+        self._leading: dict[str, tuple[str, float]] = {}   # device group -> (mode, since)
+        self._wins = 0
+
+    def previous_mode(self, workload_class: str) -> str | None:
+        return self._previous.get(workload_class)
+
+    def remember(self, workload_class: str, mode: str) -> None:
+        """``mode`` won an auto decision for ``workload_class``."""
+        self._previous[workload_class] = mode
+        self._wins += 1
+        self._last_won[mode] = self._wins
+
+    def note_leader(self, group: str, mode: str, now: float) -> None:
+        """Record the cost leader a decision saw in ``group``: a new leader starts its
+        lead now, the same one keeps the time it took the lead."""
+        current = self._leading.get(group)
+        if current is None or current[0] != mode:
+            self._leading[group] = (mode, now)
+
+    def leading_since(self) -> dict[str, float]:
+        """Since when each device group's cost leader has led (mode -> time)."""
+        return {mode: since for mode, since in self._leading.values()}
+
+    def last_won(self) -> dict[str, float]:
+        """When each mode last won an auto decision, as a sequence number."""
+        return dict(self._last_won)
+
+    def describe(self) -> dict[str, Any]:
+        return {"previous_winner": dict(self._previous)}
