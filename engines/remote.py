@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.events import (
@@ -150,10 +151,10 @@ class RemoteVllmEngine(Engine):
                       prompt_tokens: int) -> AsyncIterator[GenerationEvent]:
         completion_tokens = 0
         spec: SpecDecodeSummary | None = None
-        async for line in response.aiter_lines():
-            if not line.startswith("data: "):
+        async for sse in EventSource(response).aiter_sse():
+            data = sse.data
+            if not data:  # a comment or a keep-alive
                 continue
-            data = line[6:]
             if data == "[DONE]":
                 yield Finished(prompt_tokens, completion_tokens, spec)
                 return

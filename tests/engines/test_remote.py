@@ -150,3 +150,26 @@ async def test_stream_cut_short_is_a_failure() -> None:
     events = [e async for e in engine.generate(REQUEST)]
     assert isinstance(events[-1], Failed)
     await engine.shutdown()
+
+
+async def test_any_well_formed_event_stream_is_read_comments_and_split_data_included() -> None:
+    """Servers differ in how they frame SSE: comments (keep-alives), ``data:`` with no
+    space, a JSON payload split over two ``data`` lines, CRLF line ends."""
+    class Framed(Server):
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path != "/v1/completions":
+                return super().__call__(request)
+            body = (": keep-alive\r\n\r\n"
+                    'data:{"choices": [{"index": 0, "text": "Hi", "token_ids": [1]}]}\r\n\r\n'
+                    'data: {"choices": [{"index": 0, "text": "!",\n'
+                    'data: "token_ids": [2], "finish_reason": "stop"}]}\n\n'
+                    'data: {"choices": [], "usage": {"prompt_tokens": 3, '
+                    '"completion_tokens": 2}}\n\n'
+                    "data: [DONE]\n\n")
+            return httpx.Response(200, content=body.encode(),
+                                  headers={"content-type": "text/event-stream; charset=utf-8"})
+
+    engine = await started(Framed())
+    events = [e async for e in engine.generate(REQUEST)]
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hi", "!"]
+    assert isinstance(events[-1], Finished) and events[-1].completion_tokens == 2
