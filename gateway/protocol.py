@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
+from openai.types import CompletionUsage
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -168,12 +169,6 @@ STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                 total_tokens=prompt_tokens + completion_tokens).model_dump()
+def usage(prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
+    return CompletionUsage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                           total_tokens=prompt_tokens + completion_tokens)

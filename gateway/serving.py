@@ -16,6 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from openai.types import CompletionUsage
+from pydantic import BaseModel
+
 from engines.base import EngineError
 from engines.events import Failed, Finished, TextDelta, TokenLogprob
 from engines.request import GenerationRequest
@@ -109,14 +112,17 @@ class Serving(ABC):
         """(requested max_tokens or None, logprobs k or None)."""
 
     @abstractmethod
-    def json_body(self, call: Call, finished: Finished) -> dict[str, Any]: ...
+    def json_body(self, call: Call, finished: Finished) -> BaseModel:
+        """The whole response, as the ``openai`` package's type for it."""
 
     @abstractmethod
-    def chunk_choices(self, call: Call, state: ChoiceState,
-                      delta: TextDelta) -> list[dict[str, Any]]: ...
+    def chunk_choices(self, call: Call, state: ChoiceState, delta: TextDelta) -> list[Any]:
+        """The stream choices one engine delta becomes (the SDK's chunk choice type)."""
 
     @abstractmethod
-    def chunk_object(self) -> str: ...
+    def chunk(self, call: Call, choices: list[Any], usage: CompletionUsage | None,
+              with_usage: bool) -> BaseModel:
+        """One stream chunk; ``with_usage``: it carries ``usage`` (null until the end)."""
 
     async def start(self, wire: Any, headers: RoutingHeaders) -> Call:
         timeout = self.limits.request_timeout_s
@@ -185,7 +191,7 @@ class Serving(ABC):
                 elif isinstance(event, Failed):
                     raise engine_failed(event.message, retryable=event.retryable)
                 else:
-                    return self.json_body(call, event)
+                    return _dump(self.json_body(call, event))
         except Interrupted as e:
             raise e.error(self.limits.request_timeout_s) from None
         raise engine_failed(ENDED_EARLY, retryable=False)
@@ -195,7 +201,7 @@ class Serving(ABC):
         whatever happened (a failure or an interruption is an error event first)."""
         include_usage = call.wire.include_usage()
         continuous = call.wire.continuous_usage()
-        extra: dict[str, Any] = {"usage": None} if include_usage else {}
+        so_far: CompletionUsage | None = None
         stream = call.stream
         try:
             while True:
@@ -210,17 +216,17 @@ class Serving(ABC):
                     state = call.choices[event.index]
                     state.add(event)
                     if continuous:  # vLLM's continuous_usage_stats: usage so far, every chunk
-                        extra = {"usage": _usage_so_far(call)}
+                        so_far = _usage_so_far(call)
                     for choice in self.chunk_choices(call, state, event):
-                        yield _sse(self._chunk(call, [choice], extra))
+                        yield _sse(self.chunk(call, [choice], so_far, include_usage))
                 elif isinstance(event, Failed):
                     yield self._stream_error(engine_failed(event.message,
                                                           retryable=event.retryable))
                     break
                 else:
                     if include_usage:
-                        yield _sse(self._chunk(call, [], {
-                            "usage": usage(event.prompt_tokens, event.completion_tokens)}))
+                        yield _sse(self.chunk(call, [], usage(event.prompt_tokens,
+                                                              event.completion_tokens), True))
                     break
         except Interrupted as e:
             yield self._stream_error(e.error(self.limits.request_timeout_s))
@@ -236,15 +242,18 @@ class Serving(ABC):
             observer(error.type, error.code)
         return _sse(error.body())
 
-    def _chunk(self, call: Call, choices: list[dict[str, Any]],
-               extra: dict[str, Any]) -> dict[str, Any]:
-        return {"id": call.id, "object": self.chunk_object(), "created": call.created,
-                "model": call.model, "choices": choices, **extra}
 
-
-def _usage_so_far(call: Call) -> dict[str, Any]:
+def _usage_so_far(call: Call) -> CompletionUsage:
     return usage(len(call.generation.prompt_token_ids), sum(c.tokens for c in call.choices))
 
 
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"
+def _dump(model: BaseModel) -> dict[str, Any]:
+    # Only the fields set (the SDK's types carry many optional ones this server never
+    # fills); ``warnings=False``: stream choices are built unvalidated (a chunk's
+    # finish_reason is null until the last, which the SDK's type does not allow).
+    return model.model_dump(mode="json", exclude_unset=True, warnings=False)
+
+
+def _sse(payload: BaseModel | dict[str, Any]) -> str:
+    data = _dump(payload) if isinstance(payload, BaseModel) else payload
+    return f"data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"

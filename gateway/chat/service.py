@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice as ChatChoice
+from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
+from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
 
 from engines.events import Finished, TextDelta
 from engines.tokenizer import ChatTemplateError, ChatTemplateOptions, ChatTurn
@@ -33,38 +38,44 @@ class ChatService(Serving):
     def sampling_extras(self, wire: ChatCompletionRequest) -> tuple[int | None, int | None]:
         return wire.requested_max_tokens(), wire.logprobs_k()
 
-    def chunk_object(self) -> str:
-        return "chat.completion.chunk"
+    def json_body(self, call: Call, finished: Finished) -> ChatCompletion:
+        logprobs = call.generation.sampling.logprobs is not None
+        return ChatCompletion(
+            id=call.id, object="chat.completion", created=call.created, model=call.model,
+            system_fingerprint=None,
+            choices=[ChatChoice(
+                index=c.index,
+                message=ChatCompletionMessage(role="assistant", content="".join(c.text),
+                                              refusal=None),
+                logprobs=chat_logprobs(c.logprobs) if logprobs else None,
+                finish_reason=c.finish_reason or "stop") for c in call.choices],
+            usage=usage(finished.prompt_tokens, finished.completion_tokens))
 
-    def json_body(self, call: Call, finished: Finished) -> dict[str, Any]:
-        return {
-            "id": call.id, "object": "chat.completion", "created": call.created,
-            "model": call.model, "system_fingerprint": None,
-            "choices": [{
-                "index": c.index,
-                "message": {"role": "assistant", "content": "".join(c.text), "refusal": None},
-                "logprobs": chat_logprobs(c.logprobs) if call.generation.sampling.logprobs
-                is not None else None,
-                "finish_reason": c.finish_reason or "stop",
-            } for c in call.choices],
-            "usage": usage(finished.prompt_tokens, finished.completion_tokens),
-        }
+    def chunk(self, call: Call, choices: list[ChunkChoice],
+              usage: CompletionUsage | None, with_usage: bool) -> ChatCompletionChunk:
+        chunk = ChatCompletionChunk(id=call.id, object="chat.completion.chunk",
+                                    created=call.created, model=call.model, choices=choices)
+        if with_usage:
+            chunk.usage = usage
+        return chunk
 
     def chunk_choices(self, call: Call, state: ChoiceState,
-                      delta: TextDelta) -> list[dict[str, Any]]:
-        chunks: list[dict[str, Any]] = []
+                      delta: TextDelta) -> list[ChunkChoice]:
+        chunks: list[ChunkChoice] = []
         if not state.opened:
             # OpenAI opens every choice with a role-only delta.
             state.opened = True
-            chunks.append({"index": state.index, "delta": {"role": "assistant", "content": ""},
-                           "logprobs": None, "finish_reason": None})
+            chunks.append(ChunkChoice(index=state.index,
+                                      delta=ChoiceDelta(role="assistant", content=""),
+                                      logprobs=None, finish_reason=None))
         if delta.text or delta.logprobs:
             state.chars_sent += len(delta.text)
-            chunks.append({
-                "index": state.index, "delta": {"content": delta.text},
-                "logprobs": chat_logprobs(list(delta.logprobs)) if delta.logprobs else None,
-                "finish_reason": None})
+            chunks.append(ChunkChoice(
+                index=state.index, delta=ChoiceDelta(content=delta.text),
+                logprobs=ChunkLogprobs.model_validate(chat_logprobs(list(delta.logprobs)))
+                if delta.logprobs else None,
+                finish_reason=None))
         if delta.finish_reason is not None:
-            chunks.append({"index": state.index, "delta": {}, "logprobs": None,
-                           "finish_reason": state.finish_reason})
+            chunks.append(ChunkChoice(index=state.index, delta=ChoiceDelta(), logprobs=None,
+                                      finish_reason=state.finish_reason))
         return chunks

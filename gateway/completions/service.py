@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from openai.types import Completion, CompletionChoice, CompletionUsage
+from openai.types.completion_choice import Logprobs
 
 from engines.events import Finished, TextDelta
 from gateway.completions.protocol import CompletionRequest, completion_logprobs
@@ -29,29 +30,37 @@ class CompletionService(Serving):
     def sampling_extras(self, wire: CompletionRequest) -> tuple[int | None, int | None]:
         return wire.max_tokens, wire.logprobs
 
-    def chunk_object(self) -> str:
-        return "text_completion"
+    def json_body(self, call: Call, finished: Finished) -> Completion:
+        logprobs = call.generation.sampling.logprobs is not None
+        return Completion(
+            id=call.id, object="text_completion", created=call.created, model=call.model,
+            system_fingerprint=None,
+            choices=[CompletionChoice(
+                index=c.index, text="".join(c.text),
+                logprobs=Logprobs.model_validate(completion_logprobs(c.logprobs, 0))
+                if logprobs else None,
+                finish_reason=c.finish_reason or "stop") for c in call.choices],
+            usage=usage(finished.prompt_tokens, finished.completion_tokens))
 
-    def json_body(self, call: Call, finished: Finished) -> dict[str, Any]:
-        return {
-            "id": call.id, "object": "text_completion", "created": call.created,
-            "model": call.model, "system_fingerprint": None,
-            "choices": [{
-                "index": c.index, "text": "".join(c.text),
-                "logprobs": completion_logprobs(c.logprobs, 0)
-                if call.generation.sampling.logprobs is not None else None,
-                "finish_reason": c.finish_reason or "stop",
-            } for c in call.choices],
-            "usage": usage(finished.prompt_tokens, finished.completion_tokens),
-        }
+    def chunk(self, call: Call, choices: list[CompletionChoice],
+              usage: CompletionUsage | None, with_usage: bool) -> Completion:
+        chunk = Completion(id=call.id, object="text_completion", created=call.created,
+                           model=call.model, choices=choices)
+        if with_usage:
+            chunk.usage = usage
+        return chunk
 
     def chunk_choices(self, call: Call, state: ChoiceState,
-                      delta: TextDelta) -> list[dict[str, Any]]:
+                      delta: TextDelta) -> list[CompletionChoice]:
         logprobs = None
         if delta.logprobs:
-            logprobs = completion_logprobs(list(delta.logprobs), state.chars_sent)
+            logprobs = Logprobs.model_validate(
+                completion_logprobs(list(delta.logprobs), state.chars_sent))
         state.chars_sent += len(delta.text)
         if not delta.text and not logprobs and delta.finish_reason is None:
             return []
-        return [{"index": state.index, "text": delta.text, "logprobs": logprobs,
-                 "finish_reason": state.finish_reason if delta.finish_reason else None}]
+        # Not validated: a chunk's finish_reason is null until the last, which the
+        # SDK's type (shared with the non-streaming choice) does not allow.
+        return [CompletionChoice.model_construct(
+            index=state.index, text=delta.text, logprobs=logprobs,
+            finish_reason=state.finish_reason if delta.finish_reason else None)]  # type: ignore[arg-type]
