@@ -24,7 +24,7 @@ prepare: install
 # The whole suite: lint and types, the fast tier, and the real vLLM tier (which runs
 # guidellm unchanged against the gateway, hence the load tools' venv).
 test: install $(LOAD_VENV)/.installed
-	$(VENV)/bin/ruff check gateway engines policies sim training tests bench
+	$(VENV)/bin/ruff check gateway service engines policies sim training tests bench
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
@@ -32,7 +32,7 @@ test-fast: install
 	$(PY) -m pytest -m "not real"
 
 lint: install
-	$(VENV)/bin/ruff check gateway engines policies sim training tests bench
+	$(VENV)/bin/ruff check gateway service engines policies sim training tests bench
 	$(VENV)/bin/mypy
 
 # Benchmarks print figures (not tests); the routing report (simulator + real CPU

@@ -21,32 +21,27 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
-from gateway.errors import OpenAIError
 from policies.base import DEFAULT_WORKLOAD_CLASS
-
-RETRY_AFTER_S = "1"
+from service.errors import AtCapacity, Unavailable
 
 # Why the gateway stopped a request before it finished.
 Reason = Literal["timeout", "shutdown"]
 
 
-def queue_full(limit: int) -> OpenAIError:
-    return OpenAIError(429, f"The server is at capacity ({limit} requests in flight). Please "
-                            f"retry after a short wait.", type="rate_limit_error",
-                       code="queue_full", headers={"Retry-After": RETRY_AFTER_S})
+def queue_full(limit: int) -> AtCapacity:
+    return AtCapacity(f"The server is at capacity ({limit} requests in flight). Please "
+                      f"retry after a short wait.", code="queue_full")
 
 
-def mode_queue_full(mode: str, limit: int) -> OpenAIError:
-    return OpenAIError(429, f"Mode {mode!r} is at capacity ({limit} requests in flight). "
-                            f"Retry after a short wait, or use x-spec-mode: auto.",
-                       type="rate_limit_error", param="x-spec-mode", code="mode_queue_full",
-                       headers={"Retry-After": RETRY_AFTER_S})
+def mode_queue_full(mode: str, limit: int) -> AtCapacity:
+    return AtCapacity(f"Mode {mode!r} is at capacity ({limit} requests in flight). "
+                      f"Retry after a short wait, or use x-spec-mode: auto.",
+                      param="x-spec-mode", code="mode_queue_full")
 
 
-def shutting_down() -> OpenAIError:
-    return OpenAIError(503, "The server is shutting down and accepts no new requests; retry "
-                            "(another replica will answer).", type="server_error",
-                       code="shutting_down", headers={"Retry-After": RETRY_AFTER_S})
+def shutting_down() -> Unavailable:
+    return Unavailable("The server is shutting down and accepts no new requests; retry "
+                       "(another replica will answer).", code="shutting_down")
 
 
 class Ticket:

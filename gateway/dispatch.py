@@ -20,7 +20,6 @@ from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.events import Finished, GenerationEvent, TextDelta
 from engines.request import GenerationRequest
 from gateway.admission import Admission, Ticket, queue_full
-from gateway.errors import OpenAIError, bad_request, unavailable
 from gateway.pump import EventPump, Idle
 from gateway.settings import AUTO
 from policies.assemble import decide_auto
@@ -35,6 +34,7 @@ from policies.base import (
 )
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
+from service.errors import EngineFailed, InvalidRequest, ServiceError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class Dispatcher:
         if value not in self.engines:
             shown = repr(header) if header.isprintable() and len(header) <= 64 \
                 else repr(header[:64]) + ("..." if len(header) > 64 else "")
-            raise bad_request(
+            raise InvalidRequest(
                 f"unknown x-spec-mode {shown}; valid values: "
                 + ", ".join(self.valid_header_values()),
                 param="x-spec-mode", code="invalid_spec_mode")
@@ -177,8 +177,8 @@ class Dispatcher:
         if value is None:
             return None
         if not _CLASS_NAME.match(value):
-            raise bad_request(f"{param} must be 1-64 characters of letters, digits and _.:-",
-                              param=param, code="invalid_workload_class")
+            raise InvalidRequest(f"{param} must be 1-64 characters of letters, digits and _.:-",
+                                 param=param, code="invalid_workload_class")
         return value
 
     def loads(self) -> dict[str, ModeLoad]:
@@ -202,8 +202,9 @@ class Dispatcher:
         acceptance: Mapping[str, LearnedAcceptance] = {}
         if override is not None:  # a forced mode: the policy is not consulted
             if not loads[override].up:
-                raise unavailable(f"mode {override!r} is not available right now; "
-                                  f"retry later or use x-spec-mode: auto")
+                raise Unavailable(f"mode {override!r} is not available right now; "
+                                  f"retry later or use x-spec-mode: auto",
+                                  code="mode_unavailable")
             admission.check_mode(override)
             decision = forced(override)
         else:
@@ -220,7 +221,7 @@ class Dispatcher:
             except NoModeAvailable as e:
                 if full:
                     raise queue_full(admission.per_mode) from e
-                raise unavailable("no decoding engine is available right now; retry later",
+                raise Unavailable("no decoding engine is available right now; retry later",
                                   code="no_engine_available") from e
             acceptance = inputs.acceptance
         state.log_decision(_audit_entry(request_id, now, cls, prompt_tokens, max_tokens,
@@ -289,13 +290,14 @@ class Dispatcher:
                         gpu_group=info.gpu_group, step_profile=s.step_profile)
 
 
-def _open_error(e: Exception, mode: str) -> OpenAIError:
+def _open_error(e: Exception, mode: str) -> ServiceError:
     """What a client is told when a request fails before its first event."""
     if isinstance(e, InvalidGenerationRequest):
-        return bad_request(f"the engine rejected the request: {e}")
+        return InvalidRequest(f"the engine rejected the request: {e}")
     if isinstance(e, EngineUnavailable):
-        return unavailable(f"mode {mode!r} is not available right now")
-    return OpenAIError(500, "the engine returned no output", type="server_error")
+        return Unavailable(f"mode {mode!r} is not available right now",
+                           code="mode_unavailable")
+    return EngineFailed("the engine returned no output", retryable=False)
 
 
 def _audit_entry(request_id: str, now: float, cls: str, prompt_tokens: int,

@@ -22,6 +22,15 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.disconnect import ClientDisconnected
 from gateway.fields import UNSUPPORTED
+from service.errors import (
+    AtCapacity,
+    EngineFailed,
+    InvalidRequest,
+    ModelNotFound,
+    ServiceError,
+    TimedOut,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,17 +123,25 @@ def unavailable(message: str, code: str = "mode_unavailable") -> OpenAIError:
                        headers={"Retry-After": "1"})
 
 
-def engine_failed(message: str, *, retryable: bool = True) -> OpenAIError:
-    """The engine failed a request it had accepted: 503 with ``Retry-After`` when a
-    retry may succeed (the engine died or its stream broke, and it is restarted), 502
-    when the engine's own answer was unusable."""
-    if retryable:
-        return OpenAIError(503, message, type="server_error", code="engine_failed",
-                           headers={"Retry-After": "1"})
-    return OpenAIError(502, message, type="server_error", code="engine_failed")
+# How each service error reads over HTTP: (status, OpenAI error type, Retry-After).
+_SERVICE_HTTP: dict[type[ServiceError], tuple[int, str, bool]] = {
+    InvalidRequest: (400, "invalid_request_error", False),
+    ModelNotFound: (404, "not_found_error", False),
+    AtCapacity: (429, "rate_limit_error", True),
+    Unavailable: (503, "server_error", True),
+    TimedOut: (504, "server_error", False),  # the upstream (engine) did not finish in time
+}
 
 
-ENDED_EARLY = "the engine stream ended without finishing"
+def http_error(e: ServiceError) -> OpenAIError:
+    """The one mapping from the service's typed errors to HTTP."""
+    if isinstance(e, EngineFailed):  # 503 and retry when the engine is being restarted
+        status, kind, retry = (503, "server_error", True) if e.retryable else \
+            (502, "server_error", False)
+    else:
+        status, kind, retry = next(v for t, v in _SERVICE_HTTP.items() if isinstance(e, t))
+    return OpenAIError(status, e.message, type=kind, param=e.param, code=e.code,
+                       headers={"Retry-After": "1"} if retry else None)
 
 
 _STATUS_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -250,6 +267,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
         count(request, exc.type, exc.code)
         return exc.response()
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        error = http_error(exc)
+        count(request, error.type, error.code)
+        return error.response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from engines.events import GenerationEvent
-from gateway.admission import RETRY_AFTER_S, Reason
-from gateway.errors import OpenAIError
+from gateway.admission import Reason
+from service.errors import TimedOut, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +56,13 @@ class Interrupted(Exception):
         super().__init__(reason)
         self.reason = reason
 
-    def error(self, timeout_s: float) -> OpenAIError:
-        # 504, not 408: 408 says the *client* was too slow to send its request;
-        # here the upstream (the engine) did not answer in time, which is what
-        # 504 Gateway Timeout means to clients and proxies.
+    def error(self, timeout_s: float) -> TimedOut | Unavailable:
         if self.reason == "timeout":
-            return OpenAIError(504, f"The request did not finish within the server's "
-                                    f"{timeout_s:g} s limit and was stopped. Ask for fewer "
-                                    f"tokens or retry later.", type="server_error",
-                               code="request_timeout")
-        return OpenAIError(503, "The server is shutting down; the request was stopped before "
-                                "it finished. Please retry.", type="server_error",
-                           code="shutting_down", headers={"Retry-After": RETRY_AFTER_S})
+            return TimedOut(f"The request did not finish within the server's {timeout_s:g} s "
+                            f"limit and was stopped. Ask for fewer tokens or retry later.",
+                            code="request_timeout")
+        return Unavailable("The server is shutting down; the request was stopped before it "
+                           "finished. Please retry.", code="shutting_down")
 
 
 class EventPump:

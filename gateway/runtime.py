@@ -20,12 +20,12 @@ from gateway.admission import Admission, shutting_down
 from gateway.chat.service import ChatService
 from gateway.completions.service import CompletionService
 from gateway.dispatch import CompletionObserver, Dispatcher, ModeInfo, Routing
-from gateway.errors import unavailable
 from gateway.serving import Limits
 from policies.base import Policy
 from policies.bounded import stop_tasks
 from policies.shared_state import SharedPolicyState
 from policies.store.base import ReplicaLoad
+from service.errors import Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +86,9 @@ class Runtime:
             raise shutting_down()
         if self._services is None:
             if self.error is not None:
-                raise unavailable("the gateway failed to start; see its log",
+                raise Unavailable("the gateway failed to start; see its log",
                                   code="startup_failed")
-            raise unavailable("the gateway is starting; retry in a few seconds",
+            raise Unavailable("the gateway is starting; retry in a few seconds",
                               code="starting")
         return self._services
 

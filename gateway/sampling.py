@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from engines.request import SamplingOptions
-from gateway.errors import bad_request
 from gateway.protocol import SamplingFields
+from service.errors import InvalidRequest
 
 
 def check_token_ids(ids: Iterable[int], vocab_size: int, param: str) -> None:
     if any(t >= vocab_size for t in ids):
-        raise bad_request(f"{param} must hold token ids in [0, {vocab_size})", param=param)
+        raise InvalidRequest(f"{param} must hold token ids in [0, {vocab_size})", param=param)
 
 
 def truncate_prompt(wire: SamplingFields, prompt: list[int], max_model_len: int) -> list[int]:
@@ -26,7 +26,7 @@ def truncate_prompt(wire: SamplingFields, prompt: list[int], max_model_len: int)
     if keep is None:
         return prompt
     if keep > max_model_len:
-        raise bad_request(f"truncate_prompt_tokens={keep} cannot be greater than the "
+        raise InvalidRequest(f"truncate_prompt_tokens={keep} cannot be greater than the "
                           f"context length ({max_model_len})", param="truncate_prompt_tokens")
     if keep < 0:
         keep = max(0, max_model_len - 1)
@@ -43,7 +43,7 @@ def sampling_options(wire: SamplingFields, *, max_tokens: int, n: int,
     check_token_ids(wire.stop_token_ids or (), vocab_size, "stop_token_ids")
     check_token_ids(wire.allowed_token_ids or (), vocab_size, "allowed_token_ids")
     if wire.min_tokens > max_tokens:
-        raise bad_request(f"min_tokens ({wire.min_tokens}) must be at most max_tokens "
+        raise InvalidRequest(f"min_tokens ({wire.min_tokens}) must be at most max_tokens "
                           f"({max_tokens})", param="min_tokens")
     return SamplingOptions(
         max_tokens=max_tokens,

@@ -25,10 +25,11 @@ from engines.request import GenerationRequest
 from engines.tokenizer import Tokenizer
 from gateway import keepalive
 from gateway.dispatch import Dispatcher, OpenStream
-from gateway.errors import ENDED_EARLY, OpenAIError, bad_request, engine_failed
+from gateway.errors import http_error
 from gateway.protocol import SamplingFields, usage
 from gateway.pump import Idle, Interrupted
 from gateway.sampling import sampling_options, truncate_prompt
+from service.errors import EngineFailed, InvalidRequest, ModelNotFound, ServiceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +86,7 @@ class Call:
         return {**self.stream.headers, "x-request-id": self.id}
 
 
-class EngineFailedError(Exception):
-    def __init__(self, failed: Failed) -> None:
-        super().__init__(failed.message)
-        self.failed = failed
+ENDED_EARLY = "the engine stream ended without finishing"
 
 
 class Serving(ABC):
@@ -134,9 +132,9 @@ class Serving(ABC):
 
     async def _start(self, wire: Any, headers: RoutingHeaders, deadline: float | None) -> Call:
         if wire.model != self.model_name:
-            raise OpenAIError(404, f"The model '{wire.model}' does not exist; this server "
-                                   f"serves '{self.model_name}'", type="not_found_error",
-                              param="model", code="model_not_found")
+            raise ModelNotFound(f"The model '{wire.model}' does not exist; this server "
+                                f"serves '{self.model_name}'", param="model",
+                                code="model_not_found")
         override = self.dispatcher.parse_spec_mode(headers.spec_mode)
         workload_class = self.dispatcher.parse_workload_class(
             headers.workload_class, "x-workload-class") or self.dispatcher.parse_workload_class(
@@ -146,7 +144,7 @@ class Serving(ABC):
         max_tokens = self._check_length(len(prompt), requested)
         n = wire.n or 1
         if n > self.limits.max_n:
-            raise bad_request(f"'n' must be at most {self.limits.max_n}", param="n")
+            raise InvalidRequest(f"'n' must be at most {self.limits.max_n}", param="n")
         request_id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         generation = GenerationRequest(
             request_id=request_id, prompt_token_ids=tuple(prompt),
@@ -160,7 +158,7 @@ class Serving(ABC):
             first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s))
         if isinstance(stream.first, Failed):
             await stream.aclose()
-            raise engine_failed(stream.first.message, retryable=stream.first.retryable)
+            raise EngineFailed(stream.first.message, retryable=stream.first.retryable)
         return Call(id=request_id, created=int(time.time()), model=self.model_name, wire=wire,
                     generation=generation, stream=stream,
                     choices=[ChoiceState(i) for i in range(n)])
@@ -168,15 +166,15 @@ class Serving(ABC):
     def _check_length(self, prompt_tokens: int, requested: int | None) -> int:
         limit = self.limits.max_model_len
         if prompt_tokens == 0:
-            raise bad_request("the prompt is empty", param="prompt")
+            raise InvalidRequest("the prompt is empty", param="prompt")
         if requested is None:
             if prompt_tokens >= limit:
-                raise bad_request(
+                raise InvalidRequest(
                     f"This model's maximum context length is {limit} tokens; the prompt "
                     f"has {prompt_tokens}. Please shorten it.", code="context_length_exceeded")
             return limit - prompt_tokens
         if prompt_tokens + requested > limit:
-            raise bad_request(
+            raise InvalidRequest(
                 f"This model's maximum context length is {limit} tokens. However, you "
                 f"requested {prompt_tokens + requested} tokens ({prompt_tokens} in the prompt, "
                 f"{requested} for the completion). Please reduce the prompt or max_tokens.",
@@ -189,12 +187,12 @@ class Serving(ABC):
                 if isinstance(event, TextDelta):
                     call.choices[event.index].add(event)
                 elif isinstance(event, Failed):
-                    raise engine_failed(event.message, retryable=event.retryable)
+                    raise EngineFailed(event.message, retryable=event.retryable)
                 else:
                     return _dump(self.json_body(call, event))
         except Interrupted as e:
             raise e.error(self.limits.request_timeout_s) from None
-        raise engine_failed(ENDED_EARLY, retryable=False)
+        raise EngineFailed(ENDED_EARLY, retryable=False)
 
     async def sse(self, call: Call) -> AsyncIterator[str]:
         """The SSE body: chunks, keep-alive comments while silent, and ``[DONE]`` last,
@@ -208,7 +206,7 @@ class Serving(ABC):
                 try:
                     event = await stream.next(self.limits.keepalive_s)
                 except StopAsyncIteration:
-                    yield self._stream_error(engine_failed(ENDED_EARLY, retryable=False))
+                    yield self._stream_error(EngineFailed(ENDED_EARLY, retryable=False))
                     break
                 if isinstance(event, Idle):
                     yield keepalive.COMMENT
@@ -220,7 +218,7 @@ class Serving(ABC):
                     for choice in self.chunk_choices(call, state, event):
                         yield _sse(self.chunk(call, [choice], so_far, include_usage))
                 elif isinstance(event, Failed):
-                    yield self._stream_error(engine_failed(event.message,
+                    yield self._stream_error(EngineFailed(event.message,
                                                           retryable=event.retryable))
                     break
                 else:
@@ -231,16 +229,17 @@ class Serving(ABC):
         except Interrupted as e:
             yield self._stream_error(e.error(self.limits.request_timeout_s))
         except EngineError as e:  # refused after the 200 went out (see keepalive.py)
-            yield self._stream_error(engine_failed(f"the engine refused the request: {e}"))
+            yield self._stream_error(EngineFailed(f"the engine refused the request: {e}"))
         finally:
             await stream.aclose()
         yield "data: [DONE]\n\n"
 
-    def _stream_error(self, error: OpenAIError) -> str:
+    def _stream_error(self, error: ServiceError) -> str:
         """An error inside a 200 stream, which the HTTP error handlers never see."""
+        envelope = http_error(error)
         for observer in self.stream_error_observers:
-            observer(error.type, error.code)
-        return _sse(error.body())
+            observer(envelope.type, envelope.code)
+        return _sse(envelope.body())
 
 
 def _usage_so_far(call: Call) -> CompletionUsage:

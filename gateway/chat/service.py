@@ -12,9 +12,9 @@ from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogpr
 from engines.events import Finished, TextDelta
 from engines.tokenizer import ChatTemplateError, ChatTemplateOptions, ChatTurn
 from gateway.chat.protocol import ChatCompletionRequest, chat_logprobs
-from gateway.errors import bad_request
 from gateway.protocol import usage
 from gateway.serving import Call, ChoiceState, Serving
+from service.errors import InvalidRequest
 
 # Roles the model's template knows; OpenAI's "developer" is its "system".
 _TEMPLATE_ROLE = {"developer": "system"}
@@ -33,7 +33,7 @@ class ChatService(Serving):
         try:
             return self.tokenizer.render_chat(turns, options)
         except ChatTemplateError as e:
-            raise bad_request(str(e), param="messages") from e
+            raise InvalidRequest(str(e), param="messages") from e
 
     def sampling_extras(self, wire: ChatCompletionRequest) -> tuple[int | None, int | None]:
         return wire.requested_max_tokens(), wire.logprobs_k()

@@ -7,9 +7,9 @@ from openai.types.completion_choice import Logprobs
 
 from engines.events import Finished, TextDelta
 from gateway.completions.protocol import CompletionRequest, completion_logprobs
-from gateway.errors import bad_request
 from gateway.protocol import usage
 from gateway.serving import Call, ChoiceState, Serving
+from service.errors import InvalidRequest
 
 
 class CompletionService(Serving):
@@ -23,7 +23,7 @@ class CompletionService(Serving):
             return self.tokenizer.encode(wire.prompt_text() or "", add_special)
         vocab = self.tokenizer.vocab_size
         if any(t < 0 or t >= vocab for t in ids):
-            raise bad_request(f"prompt token ids must be in [0, {vocab})",
+            raise InvalidRequest(f"prompt token ids must be in [0, {vocab})",
                               param="prompt")
         return ids
 

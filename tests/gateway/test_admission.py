@@ -11,8 +11,9 @@ import openai
 import pytest
 
 from gateway.admission import Admission
-from gateway.errors import OpenAIError
+from gateway.errors import http_error
 from gateway.settings import Settings
+from service.errors import ServiceError
 from tests.conftest import MODEL, FakeGateway, serve
 from tests.fakes.gated import GatedEngine, gated_engines, wait_until
 from tests.gateway.test_metrics import scrape, value
@@ -24,20 +25,20 @@ def test_admission_counts_and_bounds() -> None:
     a = Admission(per_mode=2, total=3)
     one, two = a.admit("x"), a.admit("x")
     assert (a.in_flight("x"), a.total, a.has_room("x"), a.has_room("y")) == (2, 2, False, True)
-    with pytest.raises(OpenAIError) as exc:
+    with pytest.raises(ServiceError) as exc:
         a.admit("x")
-    assert (exc.value.status, exc.value.code) == (429, "mode_queue_full")
+    assert (http_error(exc.value).status, exc.value.code) == (429, "mode_queue_full")
     three = a.admit("y")
-    with pytest.raises(OpenAIError) as exc:
+    with pytest.raises(ServiceError) as exc:
         a.admit("z")
-    assert (exc.value.status, exc.value.code) == (429, "queue_full")
+    assert (http_error(exc.value).status, exc.value.code) == (429, "queue_full")
     one.release()
     one.release()  # idempotent: a slot is freed once
     assert (a.in_flight("x"), a.total) == (1, 2)
     a.close()
-    with pytest.raises(OpenAIError) as exc:
+    with pytest.raises(ServiceError) as exc:
         a.admit("z")
-    assert (exc.value.status, exc.value.code) == (503, "shutting_down")
+    assert (http_error(exc.value).status, exc.value.code) == (503, "shutting_down")
     stopped: list[str] = []
     two.on_interrupt = stopped.append
     assert a.interrupt_all("shutdown") == 2 and stopped == ["shutdown"]

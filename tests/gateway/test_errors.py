@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import engine_failed
+from gateway.errors import http_error
+from service.errors import AtCapacity, EngineFailed, InvalidRequest, TimedOut, Unavailable
 from tests.conftest import MODEL, FakeGateway
 
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
@@ -144,9 +145,24 @@ async def test_internal_errors_are_500_without_internal_text(gateway: FakeGatewa
 
 
 def test_an_engine_failure_is_503_with_retry_after_when_a_retry_can_succeed() -> None:
-    retry = engine_failed("the 'eagle3' engine failed", retryable=True)
+    retry = http_error(EngineFailed("the 'eagle3' engine failed", retryable=True))
     assert (retry.status, retry.code, retry.headers) == (503, "engine_failed",
                                                          {"Retry-After": "1"})
-    final = engine_failed("the engine stream ended without finishing", retryable=False)
+    final = http_error(EngineFailed("the engine stream ended without finishing",
+                                    retryable=False))
     assert (final.status, final.code, final.type) == (502, "engine_failed", "server_error")
     assert final.body()["error"]["message"] == "the engine stream ended without finishing"
+
+
+@pytest.mark.parametrize("error, status, kind, retry", [
+    (InvalidRequest("bad n", param="n"), 400, "invalid_request_error", False),
+    (AtCapacity("full", code="queue_full"), 429, "rate_limit_error", True),
+    (Unavailable("starting", code="starting"), 503, "server_error", True),
+    (TimedOut("too slow", code="request_timeout"), 504, "server_error", False),
+])
+def test_every_service_error_maps_to_one_http_status(error: Exception, status: int, kind: str,
+                                                     retry: bool) -> None:
+    mapped = http_error(error)  # type: ignore[arg-type]
+    assert (mapped.status, mapped.type) == (status, kind)
+    assert ("Retry-After" in (mapped.headers or {})) is retry
+    assert mapped.body()["error"]["message"] == str(error)

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from engines.events import Finished, GenerationEvent, TextDelta
+from gateway.errors import http_error
 from gateway.pump import IDLE, EventPump, Interrupted
 
 
@@ -69,7 +70,7 @@ async def test_interrupt_aborts_the_engine_after_queued_events() -> None:
     with pytest.raises(Interrupted) as exc:
         await pump.next()
     assert exc.value.reason == "shutdown"
-    assert exc.value.error(1).status == 503
+    assert http_error(exc.value.error(1)).status == 503
     with pytest.raises(StopAsyncIteration):
         await pump.next()
     assert source.ended == "aborted" and done == [1]
@@ -81,7 +82,7 @@ async def test_deadline_interrupts_without_a_reader() -> None:
     with pytest.raises(Interrupted) as exc:
         await asyncio.wait_for(pump.next(), timeout=10)
     assert exc.value.reason == "timeout"
-    error = exc.value.error(0.05)
+    error = http_error(exc.value.error(0.05))
     assert (error.status, error.code, error.type) == (504, "request_timeout", "server_error")
     assert source.ended == "aborted"
 

@@ -1,0 +1,1 @@
+"""The work of serving a request, free of HTTP: typed errors the gateway maps once."""
