@@ -193,3 +193,10 @@ def _env(name: str, value: str | None) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+
+
+def cpu_build_installed() -> bool:
+    """Whether the installed vLLM is its CPU build (no GPU platform)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())

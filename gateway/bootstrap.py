@@ -50,7 +50,10 @@ async def load_components(settings: Settings) -> Components:
                                                    max_keepalive_connections=100))
     cpus = os.cpu_count() or 1
     # Only in-process engines need vLLM here; a remote-only gateway may run without it.
-    cpu_build = any(not m.url for m in modes.values()) and _cpu_build()
+    in_process = any(not m.url for m in modes.values())
+    if in_process:
+        from engines.vllm_engine import cpu_build_installed
+    cpu_build = in_process and cpu_build_installed()
     for i, (name, mode) in enumerate(modes.items()):
         # Spread CPU engines over the cores (vLLM would bind them all to one), but
         # count them as one device: the gateway's own process (tokenizing, streaming)
@@ -96,9 +99,3 @@ def _resolve_drafter(config: dict[str, Any], drafters: dict[str, str]) -> dict[s
                              f"the embedded default model (known: {sorted(drafters)})")
         return {**config, "model": drafters[key]}
     return config
-
-
-def _cpu_build() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
