@@ -10,6 +10,7 @@ prompt ids already there, so an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from collections.abc import Sequence
@@ -44,18 +45,36 @@ def read_samples(path: Path) -> list[Sample]:
 
 def generate_answers(model_dir: Path, prompts: Sequence[Prompt], out: Path, *,
                      max_prompt_tokens: int = 384, max_answer_tokens: int = 256,
-                     batch: int = 64, seed: int = 0) -> list[Sample]:
+                     batch: int = 64, seed: int = 0,
+                     known: Path | None = None) -> list[Sample]:
+    """``known``: answers generated before (gzipped JSONL of samples, e.g. the ones the
+    project ships for its embedded model); a prompt found there with the same prompt
+    tokens and an answer within ``max_answer_tokens`` is not generated again."""
     done = read_samples(out)
     _rewrite_clean(out, done)
     have = {s.id for s in done}
+    reuse = _known_answers(known)
     tok = HfTokenizer(str(model_dir))
     todo: list[tuple[Prompt, list[int]]] = []
+    reused: list[Sample] = []
     for p in prompts:
         if p.id in have:
             continue
         ids = tok.render_chat([ChatTurn("user", p.text)])
-        if len(ids) <= max_prompt_tokens:
+        if len(ids) > max_prompt_tokens:
+            continue
+        old = reuse.get(p.id)
+        if old is not None and old.prompt_ids == ids and \
+                len(old.answer_ids) <= max_answer_tokens:
+            reused.append(old)
+        else:
             todo.append((p, ids))
+    if reused:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a") as f:
+            f.write("".join(json.dumps(s.__dict__) + "\n" for s in reused))
+        done += reused
+        print(f"answers: {len(reused)} reused from {known}", flush=True)
     if todo:
         _generate(model_dir, todo, out, done, max_prompt_tokens + max_answer_tokens,
                   max_answer_tokens, batch, seed)
@@ -97,6 +116,20 @@ def _engine(model_dir: Path, max_len: int, max_tokens: int, seed: int) -> tuple[
     llm = LLM(model=str(model_dir), max_model_len=max_len, enforce_eager=True, seed=seed,
               kv_cache_memory_bytes=2 * 1024**3, disable_log_stats=True)
     return llm, SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+
+def _known_answers(path: Path | None) -> dict[str, Sample]:
+    if path is None or not path.exists():
+        return {}
+    with gzip.open(path, "rt") as f:
+        return {s.id: s for s in (Sample(**json.loads(line)) for line in f if line.strip())}
+
+
+def save_known_answers(samples: Sequence[Sample], path: Path) -> None:
+    """Write answers for reuse by ``known`` (sorted by id, so the file diffs well)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(s.__dict__) + "\n" for s in sorted(samples, key=lambda s: s.id))
 
 
 def _rewrite_clean(out: Path, rows: list[Sample]) -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from training.answers import read_samples, save_known_answers
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True,
@@ -17,9 +19,10 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_train_drafter_smoke_then_vllm_loads_both(tmp_path: Path) -> None:
     work, out = tmp_path / "work", tmp_path / "drafters"
+    none = tmp_path / "no-known-answers.jsonl.gz"     # generate every answer here
     r = run("-m", "gateway.cli", "train-drafter", "--method", "both", "--limit", "6",
             "--max-answer-tokens", "48", "--epochs", "12", "--draft-vocab", "1024",
-            "--work-dir", str(work), "--out", str(out))
+            "--work-dir", str(work), "--out", str(out), "--known-answers", str(none))
     assert r.returncode == 0, r.stderr[-4000:]
     for method in ("eagle3", "dflash"):
         metrics = json.loads((work / method / "metrics.json").read_text())
@@ -33,6 +36,19 @@ def test_train_drafter_smoke_then_vllm_loads_both(tmp_path: Path) -> None:
                 "--work-dir", str(work), "--out", str(out))
     assert again.returncode == 0, again.stderr[-4000:]
     assert "answers:" not in again.stderr and "features:" not in again.stderr
+
+    # Known answers (what the project ships for its embedded model) are reused: a
+    # fresh work directory needs no engine for stage 1.
+    known = tmp_path / "known.jsonl.gz"
+    save_known_answers(read_samples(work / "answers.jsonl"), known)
+    fresh = tmp_path / "fresh"
+    reused = run("-m", "gateway.cli", "train-drafter", "--method", "eagle3", "--limit", "6",
+                 "--max-answer-tokens", "48", "--epochs", "1", "--draft-vocab", "1024",
+                 "--work-dir", str(fresh), "--out", str(tmp_path / "again"),
+                 "--known-answers", str(known))
+    assert reused.returncode == 0, reused.stderr[-4000:]
+    assert "reused from" in reused.stdout and "answers:" not in reused.stderr
+    assert read_samples(fresh / "answers.jsonl") == read_samples(work / "answers.jsonl")
 
     acc = tmp_path / "acceptance.json"
     r = run("-m", "bench.acceptance", "--eagle3", str(out / "eagle3"), "--dflash",
