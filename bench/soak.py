@@ -71,6 +71,14 @@ class Tally:
     latencies: list[float] = field(default_factory=list)
     tokens: int = 0
     examples: list[str] = field(default_factory=list)
+    diverged_by_mode: Counter[str] = field(default_factory=Counter)
+    diverged_examples: list[str] = field(default_factory=list)
+
+    def diverged(self, mode: str, why: str) -> None:
+        self.outcomes["diverged"] += 1
+        self.diverged_by_mode[mode] += 1
+        if len(self.diverged_examples) < 5:
+            self.diverged_examples.append(why)
 
     def lost(self, why: str) -> None:
         self.outcomes["lost"] += 1
@@ -151,8 +159,17 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
             continue
         want = expected[case]
         if got != (want.text, want.prompt_tokens, want.completion_tokens):
-            tally.lost(f"{mode} {case.endpoint} stream={stream} max_tokens={case.max_tokens}: "
-                       f"got {got!r}, expected {want!r}")
+            why = (f"{mode} {case.endpoint} stream={stream} max_tokens={case.max_tokens}: "
+                   f"got {got!r}, expected {want!r}")
+            text, prompt_tokens, completion_tokens = got
+            if prompt_tokens == want.prompt_tokens and bool(text) == bool(want.text) \
+                    and 0 < completion_tokens <= case.max_tokens:
+                # A whole answer whose greedy text differs from plain decoding's: in bf16,
+                # verifying several tokens in one pass (speculation) or in another batch
+                # rounds differently, and a near-tie can flip. Shown, not counted as lost.
+                tally.diverged(mode, why)
+            else:
+                tally.lost(why)
             continue
         tally.outcomes["ok"] += 1
         tally.latencies.append(time.monotonic() - began)
@@ -207,6 +224,10 @@ def report(tally: Tally, samples: list[tuple[float, float, float]], elapsed: flo
              "| figure | value |", "|---|---|",
              f"| requests | {total} |",
              f"| completed with the expected text and usage | {tally.outcomes['ok']} |",
+             f"| complete, greedy text differs from plain decoding's | "
+             f"{tally.outcomes['diverged']} ("
+             + (", ".join(f"{m} {n}" for m, n in sorted(tally.diverged_by_mode.items()))
+                or "none") + ") |",
              f"| clear errors | {tally.outcomes['clear_error']} |",
              f"| **lost** | **{tally.outcomes['lost']}** |",
              f"| throughput | {total / elapsed:.2f} req/s, {tally.tokens / elapsed:.1f} "
@@ -222,12 +243,16 @@ def report(tally: Tally, samples: list[tuple[float, float, float]], elapsed: flo
     lines += [f"- {k}: {v}" for k, v in tally.errors.most_common()] or ["- none"]
     if tally.examples:
         lines += ["", "Lost (first examples):", ""] + [f"- {e}" for e in tally.examples]
+    if tally.diverged_examples:
+        lines += ["", "Differing greedy text (first examples):", ""] + \
+            [f"- {e}" for e in tally.diverged_examples]
     growth = samples[-1][1] - samples[0][1] if samples else float("nan")
     verdict = "within" if growth <= RSS_GROWTH_BOUND_MIB else "OVER"
     lines += ["", f"Gateway memory growth {growth:+.0f} MiB: {verdict} the stated bound of "
                   f"{RSS_GROWTH_BOUND_MIB} MiB over the run (its own process: the engine "
                   "processes hold vLLM's caches and are bounded by their KV-cache setting)."]
     lines += ["", f"soak_requests={total} lost={tally.outcomes['lost']} "
+                  f"diverged={tally.outcomes['diverged']} "
                   f"clear_errors={tally.outcomes['clear_error']} p50_s={p50:.2f} p99_s={p99:.2f} "
                   f"rss_growth_mib={growth:.0f}"]
     return "\n".join(lines)
