@@ -48,6 +48,9 @@ def add_parser(sub: Any) -> None:
                    help="gzipped JSONL of answers generated before, reused where the "
                         "prompt matches (default for the embedded model: the answers the "
                         "project ships, training/data/answers/)")
+    p.add_argument("--init-from", type=Path,
+                   help="fine-tune: start from this exported drafter's weights and draft "
+                        "vocabulary (one --method only) instead of the target's layers")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -83,6 +86,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                                known=known)
     print(f"[2/4] features: layers {layers} on {device}", flush=True)
     shards = extract_features(target, samples, work / "features", layers=layers, device=device)
+    if args.init_from and args.method == "both":
+        raise SystemExit("--init-from takes one --method (eagle3 or dflash), not both")
     vocab = _vocab(work, samples, args.draft_vocab, target)
     print(f"      draft vocabulary {vocab.size}: covers {vocab.coverage:.1%} of answer tokens")
     mask_id = special_token_id(target, MASK_TOKEN)
@@ -94,9 +99,18 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
         examples = load_examples(shards, vocab, cfg.max_len)
         model = build_model(cfg, target, vocab, len(layers), mask_id)
+        if args.init_from:
+            from training.export import read_drafter
+            from training.train import start_from
+
+            kept = start_from(model, *read_drafter(method, args.init_from), vocab)
+            print(f"      starting from {args.init_from}: its weights, and its output rows "
+                  f"for {kept} of {vocab.size} draft tokens", flush=True)
         trained = time.monotonic()
-        metrics = train(cfg, model, examples, work / method / "state.pt", device)
-        save_metrics(work / method / "metrics.json", cfg, metrics)
+        # A fine-tune keeps its own state: a resumed run must not take the base's.
+        run_dir = work / (f"{method}-from-{args.init_from.name}" if args.init_from else method)
+        metrics = train(cfg, model, examples, run_dir / "state.pt", device)
+        save_metrics(run_dir / "metrics.json", cfg, metrics)
         out = args.out / method
         card = {
             "target": target.name, "method": method,
@@ -105,6 +119,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
             "training samples": len(examples),
             "training tokens": sum(int(e.tokens.numel()) for e in examples),
             "epochs": args.epochs, "learning rate": args.lr, "seed": args.seed,
+            **({"initialised from": args.init_from.name} if args.init_from else {}),
             "target layers read": layers,
             "training time (this stage)": f"{time.monotonic() - trained:.0f} s on {device}",
             "pipeline time so far": f"{time.monotonic() - began:.0f} s",
@@ -116,13 +131,14 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
 
 
 def _vocab(work: Path, samples: Any, size: int, target: Path) -> Any:
-    """Built once and saved, so a resumed run trains on the same vocabulary."""
+    """Built once per sample set and saved, so a resumed run trains on the same
+    vocabulary (and a run on more prompts builds its own)."""
     import torch
     from safetensors.torch import load_file, save_file
 
     from training.vocab import DraftVocab, build_vocab
 
-    path = work / f"vocab-{size}.safetensors"
+    path = work / f"vocab-{size}-n{len(samples)}.safetensors"
     if path.exists():
         t = load_file(str(path))
         return DraftVocab(t["draft_to_target"], t["target_to_draft"], float(t["coverage"]))

@@ -41,6 +41,21 @@ def export_drafter(method: str, model: nn.Module, vocab: DraftVocab, target_dir:
     (out_dir / CARD).write_text(model_card(method, card))
 
 
+def read_drafter(method: str, src: Path) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Weights (float32, as training holds them) and ``d2t`` of a drafter written by
+    ``export_drafter``: the starting point of a fine-tune (``--init-from``)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((src / "config.json").read_text())
+    wanted = {"eagle3": "LlamaForCausalLMEagle3", "dflash": "DFlashDraftModel"}[method]
+    if config.get("architectures") != [wanted]:
+        raise ValueError(f"{src} holds {config.get('architectures')}, not a {method} drafter "
+                         f"({wanted})")
+    tensors = load_file(str(src / "model.safetensors"))
+    d2t = tensors.pop("d2t")
+    return {k: v.float() for k, v in tensors.items()}, d2t
+
+
 def _config(method: str, t: TargetShape, draft_vocab: int, layers: list[int], depth: int,
             block: int, mask_token_id: int, window: int | None) -> dict[str, Any]:
     base: dict[str, Any] = {

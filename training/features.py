@@ -50,7 +50,10 @@ def extract_features(model_dir: Path, samples: Sequence[Sample], out_dir: Path, 
     out_dir.mkdir(parents=True, exist_ok=True)
     shards = [samples[i:i + shard_size] for i in range(0, len(samples), shard_size)]
     paths = [out_dir / f"shard-{n:04d}.safetensors" for n in range(len(shards))]
-    todo = [(p, s) for p, s in zip(paths, shards, strict=True) if not p.exists()]
+    # A shard is reused only if it holds these samples at these layers: a rerun with
+    # more prompts refills a last shard that was short, another layer set redoes all.
+    todo = [(p, s) for p, s in zip(paths, shards, strict=True)
+            if _stamp(s, layers) != _stamp_of(p)]
     if not todo:
         return paths
     model = _target(model_dir, device, keep_layers=max(layers) + 1)
@@ -65,7 +68,7 @@ def extract_features(model_dir: Path, samples: Sequence[Sample], out_dir: Path, 
             seen += n
             bar.advance(n, note=f"{seen / (time.monotonic() - began):.0f} tok/s")
         order = {id(x): f for x, f in zip(_length_sorted(shard), feats, strict=True)}
-        _save(path, shard, [order[id(x)] for x in shard])
+        _save(path, shard, [order[id(x)] for x in shard], layers)
     bar.close()
     return paths
 
@@ -122,14 +125,30 @@ def _forward(model: Any, group: list[Sample], layers: Sequence[int],
     return [stacked[i, :len(s)].to("cpu", torch.float16) for i, s in enumerate(seqs)]
 
 
-def _save(path: Path, shard: Sequence[Sample], feats: list[torch.Tensor]) -> None:
+def _stamp(shard: Sequence[Sample], layers: Sequence[int]) -> dict[str, Any]:
+    return {"ids": [x.id for x in shard], "layers": list(layers)}
+
+
+def _stamp_of(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["specgate"])
+    return {"ids": meta.get("ids"), "layers": meta.get("layers")}
+
+
+def _save(path: Path, shard: Sequence[Sample], feats: list[torch.Tensor],
+          layers: Sequence[int]) -> None:
     from safetensors.torch import save_file
 
     offsets = [0]
     for f in feats:
         offsets.append(offsets[-1] + f.shape[0])
     tokens = torch.tensor([t for x in shard for t in x.prompt_ids + x.answer_ids])
-    meta = {"offsets": offsets, "prompt_lens": [len(x.prompt_ids) for x in shard]}
+    meta = {"offsets": offsets, "prompt_lens": [len(x.prompt_ids) for x in shard],
+            **_stamp(shard, layers)}
     tmp = path.with_suffix(".tmp")
     save_file({"tokens": tokens, "feats": torch.cat(feats).contiguous()}, str(tmp),
               metadata={"specgate": json.dumps(meta)})

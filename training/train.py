@@ -101,6 +101,24 @@ def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: 
     return model
 
 
+def start_from(model: nn.Module, weights: dict[str, torch.Tensor], d2t: torch.Tensor,
+               vocab: DraftVocab) -> int:
+    """Fine-tune from an exported drafter: its weights, and its output-head rows for the
+    draft tokens both vocabularies hold (the rest keep ``build_model``'s start, so a
+    vocabulary rebuilt from new data covers it). Returns the rows carried over."""
+    own = model.state_dict()
+    old_targets = d2t.long() + torch.arange(int(d2t.numel()))
+    head = "lm_head.weight"
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            if name != head:
+                own[name].copy_(tensor)
+        rows = vocab.target_to_draft[old_targets]
+        kept = rows >= 0
+        own[head][rows[kept]] = weights[head][kept]
+    return int(kept.sum())
+
+
 def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_path: Path,
           device: str) -> dict[str, float]:
     rng = random.Random(cfg.seed)

@@ -38,15 +38,20 @@ def test_train_drafter_smoke_then_vllm_loads_both(tmp_path: Path) -> None:
     assert "answers:" not in again.stderr and "features:" not in again.stderr
 
     # Known answers (what the project ships for its embedded model) are reused: a
-    # fresh work directory needs no engine for stage 1.
+    # fresh work directory needs no engine for stage 1. This run also fine-tunes the
+    # drafter trained above (--init-from): it starts from that drafter's weights.
     known = tmp_path / "known.jsonl.gz"
     save_known_answers(read_samples(work / "answers.jsonl"), known)
     fresh = tmp_path / "fresh"
     reused = run("-m", "gateway.cli", "train-drafter", "--method", "eagle3", "--limit", "6",
                  "--max-answer-tokens", "48", "--epochs", "1", "--draft-vocab", "1024",
                  "--work-dir", str(fresh), "--out", str(tmp_path / "again"),
-                 "--known-answers", str(known))
+                 "--known-answers", str(known), "--init-from", str(out / "eagle3"))
     assert reused.returncode == 0, reused.stderr[-4000:]
+    scratch = json.loads((work / "eagle3" / "metrics.json").read_text())
+    tuned = json.loads((fresh / "eagle3-from-eagle3" / "metrics.json").read_text())
+    assert tuned["loss_first"] < 0.8 * scratch["loss_first"], (tuned, scratch)
+    assert "starting from" in reused.stdout
     assert "reused from" in reused.stdout and "answers:" not in reused.stderr
     assert read_samples(fresh / "answers.jsonl") == read_samples(work / "answers.jsonl")
 
@@ -57,3 +62,4 @@ def test_train_drafter_smoke_then_vllm_loads_both(tmp_path: Path) -> None:
     rows = {row["method"]: row for row in json.loads(acc.read_text())}
     for method in ("eagle3", "dflash"):
         assert rows[method]["tokens"] > 0 and rows[method]["drafts"] > 0, rows[method]
+
