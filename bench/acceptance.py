@@ -101,7 +101,7 @@ def run_method(model_dir: Path, method: str, drafter: Path | None, k: int,
 def main(argv: list[str] | None = None) -> None:
     from engines.embedded import prepare_embedded
     from engines.tokenizer import ChatTurn, HfTokenizer
-    from gateway.settings import Settings
+    from service.settings import Settings
     from training.prompts import heldout_prompts, prompts_from_file
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

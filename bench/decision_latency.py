@@ -22,11 +22,11 @@ import statistics
 import subprocess
 import time
 
-from gateway.dispatch import Dispatcher, ModeInfo
 from policies.adaptive import AdaptivePolicy
 from policies.shared_state import SharedPolicyState
 from policies.store.base import PolicyStore
 from policies.store.memory import MemoryStore
+from service.dispatch import Dispatcher, ModeInfo
 from tests.fakes.engine import FakeEngine
 
 MODES = {"standard": ModeInfo(), "ngram": ModeInfo("ngram", 4),
@@ -34,24 +34,31 @@ MODES = {"standard": ModeInfo(), "ngram": ModeInfo("ngram", 4),
 CLASSES = ["default", "chat", "code", "math", "copy"]
 
 
-async def measure(store: PolicyStore, calls: int) -> list[float]:
+async def measure(store: PolicyStore, calls: int, classes: int = len(CLASSES),
+                  in_flight: int = 0) -> list[float]:
+    """``classes`` workload classes with learned state; ``in_flight`` requests of
+    them held open in the engines (the policy prices each group's mix)."""
+    names = (CLASSES + [f"class-{i}" for i in range(classes)])[:classes]
     state = SharedPolicyState(store, "bench")
     engines = {m: FakeEngine(m, speculative=info.method is not None) for m, info in MODES.items()}
     for engine in engines.values():
         await engine.start()
     dispatcher = Dispatcher(engines, AdaptivePolicy(), state, MODES, rng=random.Random(0))
     now = time.time()
-    for cls in CLASSES:
+    for cls in names:
         for mode in ("ngram", "eagle3", "dflash"):
             for _ in range(20):
                 state.observe(mode, cls, 10, 40, random.randint(0, 40), 200, now)
     await state.sync_once()
+    for i in range(in_flight):   # admitted, not finished: counted per mode and class
+        mode = list(MODES)[i % len(MODES)]
+        dispatcher.admission.admit(mode, names[i % len(names)])
     sync = asyncio.create_task(state.run())
     samples = []
     try:
         for i in range(calls):
             begin = time.perf_counter_ns()
-            dispatcher.decide(None, 120, None if i % 3 else 256, CLASSES[i % len(CLASSES)],
+            dispatcher.decide(None, 120, None if i % 3 else 256, names[i % len(names)],
                               f"req-{i}")
             samples.append((time.perf_counter_ns() - begin) / 1000)
             if i % 50 == 0:
@@ -91,6 +98,11 @@ async def main(args: argparse.Namespace) -> None:
     from policies.store.redis_store import RedisStore
 
     report("in-memory store", await measure(MemoryStore(), args.calls))
+    # How it scales: with the most workload classes the state keeps (max_classes, 64)
+    # and with many requests in flight across them.
+    report("in-memory, 64 classes", await measure(MemoryStore(), args.calls, classes=64))
+    report("in-memory, 64 cls, 256 open", await measure(MemoryStore(), args.calls, classes=64,
+                                                         in_flight=256))
     proc = None
     url = args.redis_url
     if url is None:

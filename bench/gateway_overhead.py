@@ -31,8 +31,8 @@ from engines.spec import EngineSpec
 from engines.tokenizer import ChatTurn, HfTokenizer
 from engines.vllm_engine import VllmEngine
 from gateway.app import create_app
-from gateway.runtime import Components
-from gateway.settings import Settings
+from service.runtime import Components
+from service.settings import Settings
 
 PROMPTS = [f"Write a short story about a {animal} who learns to {skill}."
            for animal in ("cat", "dog", "fox", "owl") for skill in ("swim", "sing")]

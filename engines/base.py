@@ -68,13 +68,8 @@ class Engine(ABC):
 
     @property
     def restartable(self) -> bool:
-        """Whether :meth:`restart` can bring this engine back after it died.
+        """Whether ``shutdown`` then ``start`` can bring this engine back after it died.
 
         In-process engines can; a remote server's life is not ours to manage
         (its orchestrator restarts it, and ``is_up`` follows it back)."""
         return False
-
-    async def restart(self) -> None:
-        """Release what is left of a dead engine and start it again."""
-        await self.shutdown()
-        await self.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,26 @@ class EngineStats:
     def batch_size(self) -> int:
         """The batch a new request would join."""
         return max(self.running + self.waiting, self.in_flight)
+
+    def load(self) -> dict[str, float]:
+        """The engine's load as every reader shows it (``/ready``, ``/metrics``, the
+        replica load shared through the policy store): ``LOAD_FIELDS`` as numbers."""
+        return {name: float(getattr(self, name)) for name in LOAD_FIELDS}
+
+    def report(self) -> dict[str, Any]:
+        """``load()`` with its natural types, plus the speculative-decoding counters:
+        what ``/ready`` shows per engine."""
+        body: dict[str, Any] = {name: getattr(self, name) for name in LOAD_FIELDS}
+        body["kv_cache_usage"] = round(self.kv_cache_usage, 4)
+        if self.spec is not None:
+            body["spec_decode"] = {
+                "drafts": self.spec.num_drafts, "draft_tokens": self.spec.num_draft_tokens,
+                "accepted_tokens": self.spec.num_accepted_tokens,
+                "recent_acceptance_rate": self.recent_acceptance_rate}
+        return body
+
+
+LOAD_FIELDS = ("up", "running", "waiting", "in_flight", "kv_cache_usage")
 
 
 @dataclass(slots=True)

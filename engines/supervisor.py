@@ -25,6 +25,23 @@ log = logging.getLogger(__name__)
 RestartObserver = Callable[[str, bool], None]
 
 
+class EngineStartTimeout(Exception):
+    """An engine did not start within its bound and was stopped."""
+
+
+async def start_within(engine: Engine, timeout_s: float) -> None:
+    """``engine.start()``, given up after ``timeout_s`` (0: no bound): the engine's
+    start is cancelled (an in-process vLLM engine then ends its core process)."""
+    if not timeout_s:
+        await engine.start()
+        return
+    try:
+        await asyncio.wait_for(engine.start(), timeout_s)
+    except TimeoutError:
+        raise EngineStartTimeout(f"engine {engine.mode!r} did not start within "
+                                 f"{timeout_s:g} s (engine_start_timeout_s)") from None
+
+
 @dataclass(slots=True)
 class _Health:
     failures: int = 0
@@ -37,6 +54,8 @@ class EngineSupervisor:
     check_interval_s: float = 1.0
     first_backoff_s: float = 5.0
     max_backoff_s: float = 300.0
+    # A restart that has not brought the engine up after this long is given up (0: none).
+    start_timeout_s: float = 0.0
     # Called with (mode, succeeded) after every restart attempt (metrics).
     observers: list[RestartObserver] = field(default_factory=list)
     _health: dict[str, _Health] = field(default_factory=dict)
@@ -61,7 +80,8 @@ class EngineSupervisor:
         log.error("engine %r is down; restarting it (attempt %d)", mode, health.failures + 1)
         began = time.monotonic()
         try:
-            await engine.restart()
+            await engine.shutdown()
+            await start_within(engine, self.start_timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +25,9 @@ from engines.vllm_outputs import logprobs_from_vllm, spec_summary_from_vllm
 
 log = logging.getLogger(__name__)
 
+# While an abandoned start's constructor runs on, how often its new processes are ended.
+ABANDON_POLL_S = 0.5
+
 
 class VllmEngine(Engine):
     def __init__(self, spec: EngineSpec) -> None:
@@ -34,6 +38,7 @@ class VllmEngine(Engine):
         self._in_flight = 0
         self._closed = False
         self.startup_seconds: float | None = None
+        self._abandoned: asyncio.Task[None] | None = None
 
     @property
     def is_up(self) -> bool:
@@ -78,10 +83,28 @@ class VllmEngine(Engine):
             # loaded the model (tens of seconds), so it runs in a thread to keep
             # /health answering. Off the loop, AsyncLLM defers its output tasks
             # to the first request, which then runs on the loop as it must.
-            self._llm = await asyncio.to_thread(
-                AsyncLLM.from_engine_args, args, stat_loggers=loggers)
+            before = _child_pids()
+            constructing = asyncio.ensure_future(asyncio.to_thread(
+                AsyncLLM.from_engine_args, args, stat_loggers=loggers))
+            try:
+                self._llm = await asyncio.shield(constructing)
+            except asyncio.CancelledError:
+                # A start given up on (its bound passed, or shutdown). The thread
+                # cannot be stopped; ending the engine-core process it waits on makes
+                # the constructor fail, and whatever it still builds is released.
+                self._abandoned = asyncio.create_task(self._abandon(constructing, before))
+                raise
         self.startup_seconds = time.monotonic() - began
         self._closed = False
+
+    async def _abandon(self, constructing: asyncio.Future[Any], before: set[int]) -> None:
+        while not constructing.done():
+            _kill(_child_pids() - before, self.mode)
+            await asyncio.wait([constructing], timeout=ABANDON_POLL_S)
+        multiprocessing.active_children()  # reaps the ended processes
+        if constructing.cancelled() or constructing.exception() is not None:
+            return
+        await asyncio.to_thread(constructing.result().shutdown)  # it started after all
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         from vllm.exceptions import VLLMClientError
@@ -177,6 +200,23 @@ class VllmEngine(Engine):
         if handler is not None:
             handler.cancel()
         await asyncio.to_thread(llm.shutdown)
+
+
+def _child_pids() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _kill(pids: set[int], mode: str) -> None:
+    import psutil
+
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            continue
+        log.warning("engine %r: start abandoned; killed its process %d", mode, pid)
 
 
 @contextmanager

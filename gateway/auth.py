@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import OpenAIError
-from gateway.keys import KeyRing, bearer_token
+from service.keys import KeyRing, bearer_token
 
 ErrorCounter = Callable[[str, str | None], None]
 

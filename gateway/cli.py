@@ -10,13 +10,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.settings import Settings
+from service.settings import Settings
 from training.cli import add_parser as add_train_drafter
 
 MASK = "********"
-# After the drain (gateway/shutdown.py) has ended every request, this bounds
-# how long uvicorn waits for their last bytes to reach slow clients.
-FLUSH_TIMEOUT_S = 5
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -86,20 +83,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"model ready: {prepared.target_dir}")
         return
 
-    import uvicorn
-
     from gateway.app import create_app
-    from gateway.shutdown import DrainingServer
+    from gateway.shutdown import http_server
 
     app = create_app(settings)
     print(f"SpecGate serving '{app.state.runtime.model_name}' on "
           f"http://{settings.host}:{settings.port} (engines start in the background; "
           f"GET /ready turns 200 when all are up)", flush=True)
-    # access_log off: gateway/access_log.py writes the access line (with error codes).
-    config = uvicorn.Config(app, host=settings.host, port=settings.port,
-                            log_level=settings.log_level, access_log=False,
-                            timeout_graceful_shutdown=FLUSH_TIMEOUT_S)
-    DrainingServer(config, app.state.drain).run()
+    http_server(app, settings).run()
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from gateway.errors import bad_request
-from gateway.runtime import Runtime
-from gateway.serving import RoutingHeaders
+from service.runtime import Runtime
+from service.serving import RoutingHeaders
 
 
 def get_runtime(request: Request) -> Runtime:

@@ -26,6 +26,7 @@ from service.errors import (
     AtCapacity,
     EngineFailed,
     InvalidRequest,
+    InvalidSetting,
     ModelNotFound,
     ServiceError,
     TimedOut,
@@ -118,14 +119,10 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return OpenAIError(400, message, param=param, code=code)
 
 
-def unavailable(message: str, code: str = "mode_unavailable") -> OpenAIError:
-    return OpenAIError(503, message, type="server_error", code=code,
-                       headers={"Retry-After": "1"})
-
-
 # How each service error reads over HTTP: (status, OpenAI error type, Retry-After).
 _SERVICE_HTTP: dict[type[ServiceError], tuple[int, str, bool]] = {
     InvalidRequest: (400, "invalid_request_error", False),
+    InvalidSetting: (422, "invalid_request_error", False),
     ModelNotFound: (404, "not_found_error", False),
     AtCapacity: (429, "rate_limit_error", True),
     Unavailable: (503, "server_error", True),

@@ -1,49 +1,78 @@
 """HTTP mapping of ``POST /v1/chat/completions`` and ``POST /v1/completions``.
 
-Both endpoints run the same steps; the work is in ``ChatService`` and
-``CompletionService``. The chosen routing is left on the request's state for the
-response metrics middleware (``gateway/metrics.py``).
+Both endpoints run the same steps: ``Serving.start`` (checks, the routing decision,
+the engine stream opened), then a JSON body or an SSE stream shaped by the
+endpoint. The chosen routing is left on the request's state for the response
+metrics middleware (``gateway/metrics.py``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from gateway.chat.endpoint import ChatEndpoint
 from gateway.chat.protocol import ChatCompletionRequest
+from gateway.completions.endpoint import CompletionEndpoint
 from gateway.completions.protocol import CompletionRequest
 from gateway.deps import RoutingHeadersDep, RuntimeDep
 from gateway.disconnect import cancel_on_disconnect
+from gateway.endpoint import OpenAIEndpoint, dump
 from gateway.errors import ERROR_RESPONSES
-from gateway.protocol import STREAM_RESPONSES
-from gateway.serving import RoutingHeaders, Serving
+from gateway.protocol import STREAM_RESPONSES, SamplingFields
+from gateway.sse import StreamErrorObserver, sse_body
+from service.serving import Call, RoutingHeaders
 
 router = APIRouter(responses=ERROR_RESPONSES)
+W = TypeVar("W", bound=SamplingFields)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Built by the app factory; ``on_stream_error`` counts errors sent inside streams."""
+
+    chat: ChatEndpoint
+    completions: CompletionEndpoint
+    on_stream_error: StreamErrorObserver
 
 
 @router.post("/v1/chat/completions", response_model=None, responses=STREAM_RESPONSES)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  runtime: RuntimeDep, routing: RoutingHeadersDep
                                  ) -> Response:
-    return await _serve(runtime.services().chat, body, request, routing)
+    endpoints: Endpoints = request.app.state.endpoints
+    return await _serve(runtime, endpoints.chat, body, request, routing)
 
 
 @router.post("/v1/completions", response_model=None, responses=STREAM_RESPONSES)
 async def create_completion(body: CompletionRequest, request: Request,
                             runtime: RuntimeDep, routing: RoutingHeadersDep) -> Response:
-    return await _serve(runtime.services().completions, body, request, routing)
+    endpoints: Endpoints = request.app.state.endpoints
+    return await _serve(runtime, endpoints.completions, body, request, routing)
 
 
-async def _serve(service: Serving, body: ChatCompletionRequest | CompletionRequest,
+async def _serve(runtime: RuntimeDep, endpoint: OpenAIEndpoint[W], body: W,
                  request: Request, routing: RoutingHeaders) -> Response:
-    call = await cancel_on_disconnect(request, service.start(body, routing))
+    serving = runtime.serving()
+    call = await cancel_on_disconnect(request, serving.start(endpoint, body, routing))
     request.state.routing = call.stream.routing
+    headers = response_headers(call)
     if body.stream:
         # The background task closes the call even when the client leaves before
         # the body starts, which the body iterator alone would never notice.
-        return StreamingResponse(service.sse(call), media_type="text/event-stream",
-                                 headers=call.headers,
+        endpoints: Endpoints = request.app.state.endpoints
+        return StreamingResponse(sse_body(serving, endpoint, call, endpoints.on_stream_error),
+                                 media_type="text/event-stream", headers=headers,
                                  background=BackgroundTask(call.stream.aclose))
-    result = await cancel_on_disconnect(request, service.collect(call))
-    return JSONResponse(result, headers=call.headers)
+    finished = await cancel_on_disconnect(request, serving.collect(call))
+    return JSONResponse(dump(endpoint.json_body(call, finished)), headers=headers)
+
+
+def response_headers(call: Call) -> dict[str, str]:
+    decision = call.stream.routing.decision
+    return {"x-spec-mode": decision.mode, "x-spec-decision": decision.reason,
+            "x-request-id": call.id}

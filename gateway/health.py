@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -22,16 +20,7 @@ async def health() -> dict[str, str]:
 async def ready(runtime: RuntimeDep) -> JSONResponse:
     """200 only when every configured engine is up and the gateway is not shutting
     down (a load balancer then stops sending it new requests); the body says why not."""
-    engines: dict[str, Any] = {}
-    for name, engine in runtime.engines.items():
-        s = engine.stats()
-        engines[name] = {"up": s.up, "in_flight": s.in_flight, "running": s.running,
-                         "waiting": s.waiting, "kv_cache_usage": round(s.kv_cache_usage, 4)}
-        if s.spec is not None:
-            engines[name]["spec_decode"] = {
-                "drafts": s.spec.num_drafts, "draft_tokens": s.spec.num_draft_tokens,
-                "accepted_tokens": s.spec.num_accepted_tokens,
-                "recent_acceptance_rate": s.recent_acceptance_rate}
+    engines = {name: engine.stats().report() for name, engine in runtime.engines.items()}
     state = runtime.state
     # A store outage degrades learning, not serving: it shows here but keeps 200.
     store = {"up": state.store_up, "backend": type(state.store).__name__,

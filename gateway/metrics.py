@@ -25,10 +25,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.dispatch import Completed, Routing
+from engines.stats import LOAD_FIELDS
+from service.dispatch import Completed, Routing
 
 if TYPE_CHECKING:
-    from gateway.runtime import Runtime
+    from service.runtime import Runtime
 
 # LLM latencies span milliseconds (a cached short answer) to minutes (long
 # generations queued behind a full batch).
@@ -53,15 +54,12 @@ class _LiveCollector(Collector):
                                       "policy store outages since start")
         outages.add_metric([], float(state.outages))
         yield outages
-        up, running, waiting, in_flight, kv = [], [], [], [], []
+        load: dict[str, list[tuple[list[str], float]]] = {f: [] for f in LOAD_FIELDS}
         rate, length, drafts, draft_tokens, accepted = [], [], [], [], []
         for name, engine in self.runtime.engines.items():
             s = engine.stats()
-            up.append(([name], 1.0 if s.up else 0.0))
-            running.append(([name], float(s.running)))
-            waiting.append(([name], float(s.waiting)))
-            in_flight.append(([name], float(s.in_flight)))
-            kv.append(([name], s.kv_cache_usage))
+            for field, value in s.load().items():
+                load[field].append(([name], value))
             if s.spec is not None:
                 drafts.append(([name], float(s.spec.num_drafts)))
                 draft_tokens.append(([name], float(s.spec.num_draft_tokens)))
@@ -85,15 +83,8 @@ class _LiveCollector(Collector):
                                         (["total"], float(admission.total_limit))], ["scope"])
         yield _gauge("specgate_draining", "1 while shutting down (new requests get 503)",
                      [([], 1.0 if admission.closed else 0.0)])
-        yield _gauge("specgate_engine_up", "1 when the engine serves", up, ["mode"])
-        yield _gauge("specgate_engine_running_requests", "requests in the engine's batch",
-                     running, ["mode"])
-        yield _gauge("specgate_engine_waiting_requests", "requests queued in the engine",
-                     waiting, ["mode"])
-        yield _gauge("specgate_engine_in_flight_requests",
-                     "requests the gateway has handed to the engine", in_flight, ["mode"])
-        yield _gauge("specgate_engine_kv_cache_usage", "fraction of KV-cache blocks in use",
-                     kv, ["mode"])
+        for field, (metric, help_text) in _LOAD_GAUGES.items():
+            yield _gauge(metric, help_text, load[field], ["mode"])
         yield _gauge("specgate_acceptance_rate", "accepted / drafted tokens, recent window "
                      "(class=all: the engine's last 60 s; else the policy's decayed estimate)",
                      rate, ["mode", "class"])
@@ -107,6 +98,17 @@ class _LiveCollector(Collector):
             for labels, value in values:
                 family.add_metric(labels, value)
             yield family
+
+
+# One gauge per engine load field (``EngineStats.load``).
+_LOAD_GAUGES = {
+    "up": ("specgate_engine_up", "1 when the engine serves"),
+    "running": ("specgate_engine_running_requests", "requests in the engine's batch"),
+    "waiting": ("specgate_engine_waiting_requests", "requests queued in the engine"),
+    "in_flight": ("specgate_engine_in_flight_requests",
+                  "requests the gateway has handed to the engine"),
+    "kv_cache_usage": ("specgate_engine_kv_cache_usage", "fraction of KV-cache blocks in use"),
+}
 
 
 def _gauge(name: str, help_text: str, values: list[tuple[list[str], float]],

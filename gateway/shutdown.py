@@ -19,49 +19,17 @@ app's lifespan shutdown stops the engines). A second Ctrl-C skips the wait.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import socket
-import time
-from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 
-from gateway.admission import Admission
+from service.drain import Drain
+from service.settings import Settings
 
-log = logging.getLogger(__name__)
-
-_POLL_S = 0.05
-
-
-class Drain:
-    def __init__(self, admission: Admission, timeout_s: float) -> None:
-        self.admission = admission
-        self.timeout_s = timeout_s
-
-    @property
-    def draining(self) -> bool:
-        return self.admission.closed
-
-    async def run(self, force: Callable[[], bool] = lambda: False) -> None:
-        """Close admission, wait up to ``timeout_s`` (or until ``force()``), interrupt the rest."""
-        self.admission.close()
-        waiting = self.admission.total
-        if waiting:
-            log.info("draining: %d requests in flight; waiting up to %g s for them",
-                     waiting, self.timeout_s)
-        ends = time.monotonic() + self.timeout_s
-        while self.admission.total and time.monotonic() < ends and not force():
-            await asyncio.sleep(_POLL_S)
-        self.stop_now()
-
-    def stop_now(self) -> None:
-        """Close admission and interrupt every admitted request (each aborts its engine
-        request and ends its response)."""
-        self.admission.close()
-        stopped = self.admission.interrupt_all("shutdown")
-        if stopped:
-            log.warning("drain: %d requests still in flight were stopped", stopped)
+# After the drain has ended every request, this bounds how long uvicorn waits for
+# their last bytes to reach slow clients.
+FLUSH_TIMEOUT_S = 5
 
 
 class DrainingServer(uvicorn.Server):
@@ -74,3 +42,17 @@ class DrainingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.drain.run(force=lambda: self.force_exit)
         await super().shutdown(sockets)
+
+
+def http_server(app: Any, settings: Settings) -> DrainingServer:
+    """The server ``specgate serve`` runs: the drain first, then uvicorn's shutdown.
+
+    The idle keep-alive timeout outlives clients' pool expiry: if both were 5 s (uvicorn's
+    and httpx's defaults), a client could send on a connection just as the server closes
+    it, and that request would fail before the gateway ever saw it."""
+    # access_log off: gateway/access_log.py writes the access line (with error codes).
+    config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                            log_level=settings.log_level, access_log=False,
+                            timeout_keep_alive=settings.idle_connection_timeout_s,
+                            timeout_graceful_shutdown=FLUSH_TIMEOUT_S)
+    return DrainingServer(config, app.state.runtime.drain)

@@ -20,6 +20,10 @@ class InvalidRequest(ServiceError):
     """The request cannot be served as asked; sending it again will not help."""
 
 
+class InvalidSetting(ServiceError):
+    """An operator's setting is refused (out of range, unknown name)."""
+
+
 class ModelNotFound(ServiceError):
     """The request names a model this server does not serve."""
 

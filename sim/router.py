@@ -1,6 +1,6 @@
 """SpecGate ``auto`` inside the simulator: the real policy, fed like the gateway feeds it.
 
-This mirrors ``gateway.dispatch.Dispatcher`` (``decide``/``_load``/``_learn``)
+This mirrors ``service.dispatch.Dispatcher`` (``decide``/``_load``/``_learn``)
 without importing the gateway: a ``ModeLoad`` per engine from its stat logger,
 the requests in flight per engine and workload class (the dispatcher counts its
 open streams), the learned acceptance and output length of the request's class

@@ -12,10 +12,10 @@ import pytest
 import uvicorn
 
 from gateway.app import create_app
-from gateway.dispatch import ModeInfo
-from gateway.runtime import Components
-from gateway.settings import Settings
 from policies.store.base import PolicyStore
+from service.dispatch import ModeInfo
+from service.runtime import Components
+from service.settings import Settings
 from tests.fakes.engine import FakeEngine, FakeTokenizer
 from tests.hang_guard import pytest_timeout_cancel_timer, pytest_timeout_set_timer
 from tests.redis_server import RedisServer

@@ -12,7 +12,7 @@ from fastapi import Depends, Header, Request
 
 from gateway.auth import check_bearer
 from gateway.errors import OpenAIError
-from gateway.keys import KeyRing
+from service.keys import KeyRing
 
 
 def require_admin(request: Request,

@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.deploy.files import DEPLOY, load_yaml, load_yaml_all
 
 K8S = DEPLOY / "k8s"

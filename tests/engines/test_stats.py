@@ -35,3 +35,20 @@ def test_a_bucket_follows_the_machine_as_a_moving_average() -> None:
     profile.add(0, 1.0)            # nothing decoded: ignored
     profile.add(4, -1.0)
     assert profile.snapshot()[0][2] == 3
+
+
+def test_every_reader_sees_one_load_shape() -> None:
+    """/ready (report), /metrics and the replica load (load) show the same fields and
+    values; /ready adds the speculative counters of a speculative engine."""
+    from engines.stats import LOAD_FIELDS, EngineStats, SpecDecodeCounters
+
+    s = EngineStats("eagle3", up=True, in_flight=3, running=2, waiting=1,
+                    kv_cache_usage=0.123456, spec=SpecDecodeCounters(4, 12, 7),
+                    recent_acceptance_rate=0.58)
+    report, load = s.report(), s.load()
+    assert set(load) == set(LOAD_FIELDS) and set(report) == {*LOAD_FIELDS, "spec_decode"}
+    assert {k: float(report[k]) for k in LOAD_FIELDS} == pytest.approx(load, abs=1e-4)
+    assert report["up"] is True and report["in_flight"] == 3
+    assert report["spec_decode"] == {"drafts": 4, "draft_tokens": 12, "accepted_tokens": 7,
+                                     "recent_acceptance_rate": 0.58}
+    assert "spec_decode" not in EngineStats("standard", up=False).report()

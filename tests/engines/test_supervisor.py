@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from engines.supervisor import EngineSupervisor
 from tests.fakes.engine import FakeEngine
 
@@ -52,3 +54,30 @@ async def test_engines_that_cannot_restart_are_left_alone() -> None:
     remote.die()
     await EngineSupervisor(engines).check_once(now=0.0)
     assert remote.starts == 1 and not remote.is_up
+
+
+class HangingStart(FakeEngine):
+    """Its next start never finishes (a worker stuck loading)."""
+
+    hang = False
+
+    async def start(self) -> None:
+        if self.hang:
+            self.starts += 1
+            await asyncio.Event().wait()
+        await super().start()
+
+
+async def test_a_restart_that_hangs_is_given_up_and_retried_later() -> None:
+    engine = HangingStart("eagle3", restartable=True)
+    engines = await started(engine)
+    restarts: list[tuple[str, bool]] = []
+    supervisor = EngineSupervisor(engines, start_timeout_s=0.05,
+                                  observers=[lambda m, ok: restarts.append((m, ok))])
+    engine.die()
+    engine.hang = True
+    await asyncio.wait_for(supervisor.check_once(now=0.0), timeout=5)   # bounded
+    assert restarts == [("eagle3", False)] and not engine.is_up
+    engine.hang = False
+    await supervisor.check_once(now=supervisor._health["eagle3"].next_try + 0.01)
+    assert engine.is_up and restarts[-1] == ("eagle3", True)

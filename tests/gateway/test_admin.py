@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 
 KEY = "s3cret-admin-key"

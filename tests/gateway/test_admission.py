@@ -10,10 +10,10 @@ import httpx
 import openai
 import pytest
 
-from gateway.admission import Admission
 from gateway.errors import http_error
-from gateway.settings import Settings
+from service.admission import Admission
 from service.errors import ServiceError
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, serve
 from tests.fakes.gated import GatedEngine, gated_engines, wait_until
 from tests.gateway.test_metrics import scrape, value

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.cli import _parser, load_settings, main
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 from tests.gateway.test_metrics import scrape, value
 

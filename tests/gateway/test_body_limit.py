@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway import body_limit
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 from tests.gateway.test_metrics import scrape, value
 

@@ -7,8 +7,8 @@ import asyncio
 import httpx
 
 from gateway.app import create_app
-from gateway.runtime import Components
-from gateway.settings import Settings
+from service.runtime import Components
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, free_port
 from tests.fakes.engine import FakeEngine, FakeTokenizer
 
@@ -60,5 +60,33 @@ async def test_not_ready_while_engines_start() -> None:
             await asyncio.sleep(0.01)
         r = await client.post("/v1/completions", json={"model": MODEL, "prompt": "x"})
         assert r.status_code == 200
+    server.should_exit = True
+    await task
+
+
+async def test_an_engine_that_never_starts_is_reported_failed_within_its_bound() -> None:
+    """A hung engine start (a worker that never loads) must not leave the gateway
+    "starting" for ever: past ``engine_start_timeout_s`` /ready says which engine failed."""
+    import uvicorn
+
+    never = asyncio.Event()
+    components = Components(MODEL, FakeTokenizer(), {"standard": SlowStartEngine("standard",
+                                                                                 never)},
+                            max_model_len=64)
+    app = create_app(Settings(engine_start_timeout_s=0.3), components=components)
+    server = uvicorn.Server(uvicorn.Config(app, port=free_port(), log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.config.port}") as client:
+        for _ in range(300):
+            ready = await client.get("/ready")
+            if ready.json()["phase"] == "failed":
+                break
+            await asyncio.sleep(0.01)
+        assert ready.status_code == 503
+        assert "engine 'standard' did not start within 0.3 s" in ready.json()["error"]
+        r = await client.post("/v1/completions", json={"model": MODEL, "prompt": "x"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "no_engine_available"
     server.should_exit = True
     await task

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

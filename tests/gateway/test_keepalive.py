@@ -9,7 +9,7 @@ from typing import cast
 import openai
 
 from engines.base import InvalidGenerationRequest
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.conftest import MODEL, fake_engines, serve
 from tests.fakes.gated import GatedEngine, gated_engines, wait_until
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from gateway.settings import Settings
 from policies.store.redis_store import RedisStore
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 from tests.redis_server import RedisServer
 

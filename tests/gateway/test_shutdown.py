@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from typing import cast
 
 import httpx
-import uvicorn
 
 from gateway.app import create_app
-from gateway.runtime import Components
-from gateway.settings import Settings
-from gateway.shutdown import DrainingServer
+from gateway.shutdown import DrainingServer, http_server
+from service.runtime import Components
+from service.settings import Settings
 from tests.conftest import FAKE_MODE_INFO, MODEL, free_port
 from tests.fakes.engine import FakeEngine, FakeTokenizer
 from tests.fakes.gated import GatedEngine, gated_engines, wait_until
@@ -46,12 +45,10 @@ class Served:
 async def draining(engines: dict[str, FakeEngine], drain_s: float) -> AsyncIterator[Served]:
     components = Components(model_name=MODEL, tokenizer=FakeTokenizer(), engines=engines,
                             max_model_len=4096, mode_info=FAKE_MODE_INFO)
-    settings = Settings(policy={"name": "rule"}, drain_timeout_s=drain_s)  # type: ignore[arg-type]
-    app = create_app(settings, components=components)
     port = free_port()
-    server = DrainingServer(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", timeout_graceful_shutdown=5),
-                            app.state.drain)
+    settings = Settings(policy={"name": "rule"}, drain_timeout_s=drain_s,  # type: ignore[arg-type]
+                        host="127.0.0.1", port=port, log_level="warning")
+    server = http_server(create_app(settings, components=components), settings)
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)

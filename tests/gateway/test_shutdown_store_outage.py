@@ -15,10 +15,11 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.app import create_app, final_sync_s
-from gateway.runtime import Components
-from gateway.settings import Settings
+from gateway.app import create_app
 from gateway.shutdown import DrainingServer
+from service.assembly import final_sync_s
+from service.runtime import Components
+from service.settings import Settings
 from tests.conftest import FAKE_MODE_INFO, MODEL, fake_engines, free_port
 from tests.fakes.bad_redis import BadRedis, Behaviour
 from tests.fakes.engine import FakeTokenizer
@@ -48,7 +49,7 @@ async def test_sigterm_ends_within_the_drain_with_redis_broken(bad_redis: BadRed
     port = free_port()
     server = DrainingServer(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="critical", timeout_graceful_shutdown=5),
-                            app.state.drain)
+                            app.state.runtime.drain)
     task = asyncio.create_task(server.serve())
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=20) as client:
         while not server.started:

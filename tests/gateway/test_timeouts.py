@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import openai
 import pytest
 
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 from tests.fakes.gated import gated_engines, wait_until
 from tests.gateway.test_metrics import scrape, value

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.embedded import prepare_embedded
-from gateway.settings import Settings
+from service.settings import Settings
 from tests.conftest import free_port
 from tests.redis_server import RedisServer
 

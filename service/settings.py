@@ -18,8 +18,8 @@ from pydantic_settings import (
 )
 
 from engines.spec import DType
-from gateway.keys import check_key, read_key_file
 from policies.adaptive_settings import AdaptiveSettings
+from service.keys import check_key, read_key_file
 
 AUTO = "auto"
 EMBEDDED_DRAFTER_PREFIX = "embedded:"
@@ -153,6 +153,13 @@ class Settings(BaseSettings):
                                      "arrival to last token; 0 = no limit")
     sse_keepalive_s: float = Field(15.0, ge=0.0, description="a stream silent this long gets "
                                    "a ': keep-alive' comment; 0 = never")
+    idle_connection_timeout_s: int = Field(
+        75, ge=1, le=3600, description="an idle keep-alive connection is closed after this "
+        "long; longer than clients' pool expiry (5 s in httpx and the openai SDK), so that a "
+        "client never sends a request on a connection the server is closing")
+    engine_start_timeout_s: float = Field(
+        1800.0, ge=0.0, description="an engine not started after this long is stopped and "
+        "reported failed (/ready says which); a restart is retried with backoff; 0 = no bound")
     drain_timeout_s: float = Field(30.0, ge=0.0, description="on shutdown, how long admitted "
                                    "requests may take to finish before they are ended")
     replica_id: str | None = Field(None, description="this replica's name in the shared "

@@ -6,26 +6,31 @@ from openai.types import Completion, CompletionChoice, CompletionUsage
 from openai.types.completion_choice import Logprobs
 
 from engines.events import Finished, TextDelta
+from engines.tokenizer import Tokenizer
 from gateway.completions.protocol import CompletionRequest, completion_logprobs
+from gateway.endpoint import OpenAIEndpoint
 from gateway.protocol import usage
-from gateway.serving import Call, ChoiceState, Serving
+from gateway.sampling import truncate_prompt
 from service.errors import InvalidRequest
+from service.serving import Call, ChoiceState
 
 
-class CompletionService(Serving):
+class CompletionEndpoint(OpenAIEndpoint[CompletionRequest]):
     id_prefix = "cmpl"
 
-    def prompt_token_ids(self, wire: CompletionRequest) -> list[int]:
+    def prompt_token_ids(self, wire: CompletionRequest,
+                         tokenizer: Tokenizer, max_model_len: int) -> list[int]:
         ids = wire.prompt_ids()
         if ids is None:
             # vLLM's completions default: the tokenizer's special tokens (BOS) are added.
             add_special = True if wire.add_special_tokens is None else wire.add_special_tokens
-            return self.tokenizer.encode(wire.prompt_text() or "", add_special)
-        vocab = self.tokenizer.vocab_size
-        if any(t < 0 or t >= vocab for t in ids):
-            raise InvalidRequest(f"prompt token ids must be in [0, {vocab})",
-                              param="prompt")
-        return ids
+            ids = tokenizer.encode(wire.prompt_text() or "", add_special)
+        else:
+            vocab = tokenizer.vocab_size
+            if any(t < 0 or t >= vocab for t in ids):
+                raise InvalidRequest(f"prompt token ids must be in [0, {vocab})",
+                                     param="prompt")
+        return truncate_prompt(wire, ids, max_model_len)
 
     def sampling_extras(self, wire: CompletionRequest) -> tuple[int | None, int | None]:
         return wire.max_tokens, wire.logprobs

@@ -19,9 +19,6 @@ from dataclasses import dataclass, replace
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.events import Finished, GenerationEvent, TextDelta
 from engines.request import GenerationRequest
-from gateway.admission import Admission, Ticket, queue_full
-from gateway.pump import EventPump, Idle
-from gateway.settings import AUTO
 from policies.assemble import decide_auto
 from policies.base import (
     Decision,
@@ -34,7 +31,10 @@ from policies.base import (
 )
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
+from service.admission import Admission, Ticket, queue_full
 from service.errors import EngineFailed, InvalidRequest, ServiceError, Unavailable
+from service.pump import EventPump, Idle
+from service.settings import AUTO
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,14 @@ class ModeInfo:
     method: str | None = None
     num_speculative_tokens: int = 0
     gpu_group: str = "0"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteHints:
+    """What a request asks of routing: a forced mode (None: auto) and its workload class."""
+
+    forced: str | None = None
+    workload_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +84,7 @@ class OpenStream:
     """An admitted engine request whose first event was awaited before answering.
 
     ``first`` is that event, or None for a stream answered before it came
-    (see ``gateway/keepalive.py``).
+    (see ``service/keepalive.py``).
     """
 
     routing: Routing
@@ -128,11 +136,6 @@ class OpenStream:
         finally:
             self.ticket.release()
 
-    @property
-    def headers(self) -> dict[str, str]:
-        d = self.routing.decision
-        return {"x-spec-mode": d.mode, "x-spec-decision": d.reason}
-
 
 class Dispatcher:
     def __init__(self, engines: Mapping[str, Engine], policy: Policy,
@@ -153,11 +156,24 @@ class Dispatcher:
         self.clock = clock
         self.rng = rng or random.Random()
 
-    def valid_header_values(self) -> list[str]:
-        return [AUTO, *sorted(self.engines)]
+    def hints(self, spec_mode: str | None, header_class: str | None,
+              metadata_class: str | None) -> RouteHints:
+        """The routing asked for, validated: ``x-spec-mode``, then ``x-workload-class``
+        (which wins over the body's ``metadata.workload_class``)."""
+        return RouteHints(self._forced_mode(spec_mode),
+                          _workload_class(header_class, "x-workload-class")
+                          or _workload_class(metadata_class, "metadata.workload_class"))
 
-    def parse_spec_mode(self, header: str | None) -> str | None:
-        """The forced mode named by ``x-spec-mode``; None for auto."""
+    async def route(self, hints: RouteHints, request: GenerationRequest, *,
+                    requested_max_tokens: int | None, deadline: float | None = None,
+                    first_wait_s: float = 0.0) -> OpenStream:
+        """Choose the mode, admit the request to it and open its stream (``open``)."""
+        routing = self.decide(hints.forced, len(request.prompt_token_ids), requested_max_tokens,
+                              hints.workload_class, request.request_id)
+        return await self.open(routing, request, deadline=deadline, first_wait_s=first_wait_s)
+
+    def _forced_mode(self, header: str | None) -> str | None:
+        """The mode named by ``x-spec-mode``; None for auto."""
         if header is None:
             return None
         value = header.strip().lower()
@@ -168,17 +184,8 @@ class Dispatcher:
                 else repr(header[:64]) + ("..." if len(header) > 64 else "")
             raise InvalidRequest(
                 f"unknown x-spec-mode {shown}; valid values: "
-                + ", ".join(self.valid_header_values()),
+                + ", ".join([AUTO, *sorted(self.engines)]),
                 param="x-spec-mode", code="invalid_spec_mode")
-        return value
-
-    @staticmethod
-    def parse_workload_class(value: str | None, param: str) -> str | None:
-        if value is None:
-            return None
-        if not _CLASS_NAME.match(value):
-            raise InvalidRequest(f"{param} must be 1-64 characters of letters, digits and _.:-",
-                                 param=param, code="invalid_workload_class")
         return value
 
     def loads(self) -> dict[str, ModeLoad]:
@@ -224,8 +231,8 @@ class Dispatcher:
                 raise Unavailable("no decoding engine is available right now; retry later",
                                   code="no_engine_available") from e
             acceptance = inputs.acceptance
-        state.log_decision(_audit_entry(request_id, now, cls, prompt_tokens, max_tokens,
-                                        decision, loads, acceptance))
+        state.log_decision(AuditEntry(request_id, now, cls, prompt_tokens, max_tokens,
+                                      decision, loads, acceptance))
         routing = Routing(decision, cls, forced=override is not None,
                           decided_at=time.monotonic())
         for observer in self.decision_observers:
@@ -290,6 +297,15 @@ class Dispatcher:
                         gpu_group=info.gpu_group, step_profile=s.step_profile)
 
 
+def _workload_class(value: str | None, param: str) -> str | None:
+    if value is None:
+        return None
+    if not _CLASS_NAME.match(value):
+        raise InvalidRequest(f"{param} must be 1-64 characters of letters, digits and _.:-",
+                             param=param, code="invalid_workload_class")
+    return value
+
+
 def _open_error(e: Exception, mode: str) -> ServiceError:
     """What a client is told when a request fails before its first event."""
     if isinstance(e, InvalidGenerationRequest):
@@ -300,21 +316,33 @@ def _open_error(e: Exception, mode: str) -> ServiceError:
     return EngineFailed("the engine returned no output", retryable=False)
 
 
-def _audit_entry(request_id: str, now: float, cls: str, prompt_tokens: int,
-                 max_tokens: int | None, decision: Decision, modes: Mapping[str, ModeLoad],
-                 acceptance: Mapping[str, LearnedAcceptance]) -> dict[str, str]:
-    """One decision with the inputs it was made from, for audit and offline replay."""
-    forced_mode = decision.kind is DecisionKind.OVERRIDE
-    return {
-        "ts": f"{now:.6f}", "request_id": request_id, "mode": decision.mode,
-        "reason": decision.reason, "kind": decision.kind.value,
-        "margin": "" if decision.margin is None else f"{decision.margin:.4f}",
-        "forced": "1" if forced_mode else "0",
-        "class": cls, "prompt_tokens": str(prompt_tokens),
-        "max_tokens": "" if max_tokens is None else str(max_tokens),
-        "scores": json.dumps(dict(decision.scores), separators=(",", ":")),
-        "batch": json.dumps({m: load.batch_size for m, load in modes.items()},
-                            separators=(",", ":")),
-        "acceptance": json.dumps({m: round(a.mean_accepted_length, 3)
-                                  for m, a in acceptance.items()}, separators=(",", ":")),
-    }
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One decision with the inputs it was made from, for audit and offline replay;
+    rendered to strings only when the store sync ships it, off the request path."""
+
+    request_id: str
+    now: float
+    workload_class: str
+    prompt_tokens: int
+    max_tokens: int | None
+    decision: Decision
+    modes: Mapping[str, ModeLoad]
+    acceptance: Mapping[str, LearnedAcceptance]
+
+    def as_strings(self) -> dict[str, str]:
+        d = self.decision
+        return {
+            "ts": f"{self.now:.6f}", "request_id": self.request_id, "mode": d.mode,
+            "reason": d.reason, "kind": d.kind.value,
+            "margin": "" if d.margin is None else f"{d.margin:.4f}",
+            "forced": "1" if d.kind is DecisionKind.OVERRIDE else "0",
+            "class": self.workload_class, "prompt_tokens": str(self.prompt_tokens),
+            "max_tokens": "" if self.max_tokens is None else str(self.max_tokens),
+            "scores": json.dumps(dict(d.scores), separators=(",", ":")),
+            "batch": json.dumps({m: load.batch_size for m, load in self.modes.items()},
+                                separators=(",", ":")),
+            "acceptance": json.dumps({m: round(a.mean_accepted_length, 3)
+                                      for m, a in self.acceptance.items()},
+                                     separators=(",", ":")),
+        }

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.cli import _parser, load_settings
-from gateway.settings import Settings
+from service.settings import Settings
 
 
 def test_defaults_are_the_embedded_cpu_set() -> None:

@@ -14,9 +14,9 @@ from engines.base import Engine
 from engines.remote import RemoteVllmEngine
 from engines.spec import EngineSpec
 from engines.tokenizer import HfTokenizer
-from gateway.dispatch import ModeInfo
-from gateway.runtime import Components
-from gateway.settings import EMBEDDED_DRAFTER_PREFIX, ModeSettings, Settings
+from service.dispatch import ModeInfo
+from service.runtime import Components
+from service.settings import EMBEDDED_DRAFTER_PREFIX, ModeSettings, Settings
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.keys import KeyRing, bearer_token, check_key, read_key_file
+from service.keys import KeyRing, bearer_token, check_key, read_key_file
 
 
 def test_key_ring_accepts_only_its_keys() -> None:

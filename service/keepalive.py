@@ -1,4 +1,7 @@
-"""SSE keep-alive: a comment line on a stream that has been silent for a while.
+"""Keep-alive: when a silent stream is answered, and why it gets idle ticks.
+
+``Serving.events`` yields ``Idle`` whenever a stream has been silent for the
+keep-alive interval; the gateway frames it as an SSE comment (``gateway/sse.py``).
 
 Proxies and load balancers close connections that carry no bytes for a
 while (nginx ``proxy_read_timeout`` and AWS ALB default to 60 s). A stream
@@ -20,10 +23,6 @@ idle timeout above ``request_timeout_s``.
 """
 
 from __future__ import annotations
-
-from typing import Final
-
-COMMENT: Final = ": keep-alive\n\n"
 
 
 def first_event_wait(stream: bool, interval_s: float) -> float:

@@ -10,7 +10,7 @@ import pytest
 
 from engines.events import Finished, GenerationEvent, TextDelta
 from gateway.errors import http_error
-from gateway.pump import IDLE, EventPump, Interrupted
+from service.pump import IDLE, EventPump, Interrupted
 
 
 class Source:

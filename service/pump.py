@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from engines.events import GenerationEvent
-from gateway.admission import Reason
+from service.admission import Reason
 from service.errors import TimedOut, Unavailable
 
 log = logging.getLogger(__name__)

@@ -10,20 +10,23 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
 
 from engines.events import Finished, TextDelta
-from engines.tokenizer import ChatTemplateError, ChatTemplateOptions, ChatTurn
+from engines.tokenizer import ChatTemplateError, ChatTemplateOptions, ChatTurn, Tokenizer
 from gateway.chat.protocol import ChatCompletionRequest, chat_logprobs
+from gateway.endpoint import OpenAIEndpoint
 from gateway.protocol import usage
-from gateway.serving import Call, ChoiceState, Serving
+from gateway.sampling import truncate_prompt
 from service.errors import InvalidRequest
+from service.serving import Call, ChoiceState
 
 # Roles the model's template knows; OpenAI's "developer" is its "system".
 _TEMPLATE_ROLE = {"developer": "system"}
 
 
-class ChatService(Serving):
+class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
-    def prompt_token_ids(self, wire: ChatCompletionRequest) -> list[int]:
+    def prompt_token_ids(self, wire: ChatCompletionRequest,
+                         tokenizer: Tokenizer, max_model_len: int) -> list[int]:
         turns = [ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text()) for m in wire.messages]
         options = ChatTemplateOptions(
             add_generation_prompt=wire.add_generation_prompt,
@@ -31,9 +34,10 @@ class ChatService(Serving):
             add_special_tokens=bool(wire.add_special_tokens),  # vLLM's chat default: false
             variables=wire.template_kwargs())
         try:
-            return self.tokenizer.render_chat(turns, options)
+            prompt = tokenizer.render_chat(turns, options)
         except ChatTemplateError as e:
             raise InvalidRequest(str(e), param="messages") from e
+        return truncate_prompt(wire, prompt, max_model_len)
 
     def sampling_extras(self, wire: ChatCompletionRequest) -> tuple[int | None, int | None]:
         return wire.requested_max_tokens(), wire.logprobs_k()

@@ -1,0 +1,115 @@
+"""The dispatcher: routing hints checked once, one routing call, the policy's view of the
+requests in flight, forced modes that skip the policy, and the decision audit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from engines.request import GenerationRequest, SamplingOptions
+from policies.adaptive import AdaptivePolicy
+from policies.adaptive_settings import AdaptiveSettings
+from policies.base import Decision, DecisionInput, DecisionKind
+from policies.shared_state import SharedPolicyState
+from policies.store.memory import MemoryStore
+from service.dispatch import Dispatcher, RouteHints
+from service.errors import InvalidRequest
+from tests.conftest import FAKE_MODE_INFO, fake_engines
+
+
+async def started_dispatcher(policy: AdaptivePolicy | None = None,
+                             token_delay_s: float = 0.0) -> Dispatcher:
+    engines = fake_engines(token_delay_s=token_delay_s)
+    for engine in engines.values():
+        await engine.start()
+    return Dispatcher(engines, policy or RecordingPolicy(), SharedPolicyState(MemoryStore(), "r"),
+                      FAKE_MODE_INFO)
+
+
+async def test_hints_are_checked_once_with_an_actionable_message() -> None:
+    dispatcher = await started_dispatcher()
+    assert dispatcher.hints(" DFlash ", None, None) == RouteHints("dflash", None)
+    assert dispatcher.hints("auto", None, "chat") == RouteHints(None, "chat")
+    assert dispatcher.hints("", "code", "chat") == RouteHints(None, "code")  # header wins
+    with pytest.raises(InvalidRequest) as e:
+        dispatcher.hints("medusa", None, None)
+    assert e.value.param == "x-spec-mode" and e.value.code == "invalid_spec_mode"
+    assert "valid values: auto, dflash, eagle3, ngram, standard" in e.value.message
+    with pytest.raises(InvalidRequest) as e:
+        dispatcher.hints(None, None, "no spaces")
+    assert e.value.param == "metadata.workload_class"
+
+
+async def test_route_decides_admits_and_opens_in_one_call() -> None:
+    policy = RecordingPolicy()
+    dispatcher = await started_dispatcher(policy, token_delay_s=0.02)  # stays open a while
+    request = GenerationRequest("r-1", (1, 2, 3), SamplingOptions(max_tokens=5))
+    stream = await dispatcher.route(RouteHints(None, "code"), request, requested_max_tokens=5)
+    assert len(policy.seen) == 1 and policy.seen[0].prompt_tokens == 3
+    assert stream.first is not None                 # the first event came before returning
+    assert dispatcher.in_flight() == {stream.routing.decision.mode: {"code": 1}}
+    await stream.aclose()
+    assert dispatcher.in_flight() == {}
+
+
+class RecordingPolicy(AdaptivePolicy):
+    def __init__(self) -> None:
+        super().__init__(AdaptiveSettings(exploration_share=0.0))
+        self.seen: list[DecisionInput] = []
+
+    def decide(self, inputs: DecisionInput) -> Decision:
+        self.seen.append(inputs)
+        return super().decide(inputs)
+
+
+async def test_the_policy_sees_the_requests_in_flight_by_mode_and_class() -> None:
+    """The policy prices each mode on the mix its device serves: the dispatcher counts
+    its open engine requests per (mode, class), forced ones too, until each one ends."""
+    engines = fake_engines(token_delay_s=0.02)      # streams stay open a while
+    for engine in engines.values():
+        await engine.start()
+    policy = RecordingPolicy()
+    state = SharedPolicyState(MemoryStore(), "r")
+    dispatcher = Dispatcher(engines, policy, state, FAKE_MODE_INFO)
+    request = GenerationRequest("a", (1, 2, 3), SamplingOptions(max_tokens=5))
+    code = await dispatcher.open(dispatcher.decide("dflash", 3, 5, "code"), request)
+    assert dispatcher.in_flight() == {"dflash": {"code": 1}}
+    chat = await dispatcher.open(dispatcher.decide(None, 3, 5, "chat"),
+                                 replace(request, request_id="b"))
+    seen = policy.seen[-1]
+    assert seen.in_flight == {"dflash": {"code": 1}}
+    assert {"code", "chat"} <= set(seen.classes)
+    assert seen.last_won == {}                       # no auto decision before this one
+    assert dispatcher.memory.last_won().keys() == {chat.routing.decision.mode}
+    async for _ in code.events():                    # finished: no longer in flight
+        pass
+    assert dispatcher.in_flight() == {chat.routing.decision.mode: {"chat": 1}}
+    await chat.aclose()                              # left early: aborted, not in flight
+    assert dispatcher.in_flight() == {}
+
+
+async def test_a_forced_mode_never_consults_the_policy_and_is_audited_as_forced() -> None:
+    """``x-spec-mode`` is the caller's decision: no policy runs, no routing memory moves."""
+    engines = fake_engines()
+    for engine in engines.values():
+        await engine.start()
+    policy = RecordingPolicy()
+    store = MemoryStore()
+    state = SharedPolicyState(store, "r")
+    dispatcher = Dispatcher(engines, policy, state, FAKE_MODE_INFO)
+    routing = dispatcher.decide("ngram", 3, 5, "code", request_id="req-1")
+    assert policy.seen == []
+    assert (routing.decision.mode, routing.decision.kind, routing.forced) == \
+        ("ngram", DecisionKind.OVERRIDE, True)
+    assert routing.decision.reason == "override" and routing.decision.leader is None
+    memory = dispatcher.memory
+    assert memory.previous_mode("code") is None and memory.last_won() == {}
+    auto = dispatcher.decide(None, 3, 100, "code", request_id="req-2")
+    assert len(policy.seen) == 1 and auto.decision.kind in (DecisionKind.COST,
+                                                            DecisionKind.HOLD)
+    assert memory.previous_mode("code") == auto.decision.mode
+    await state.sync_once()
+    audit = await store.recent_decisions(10)
+    assert [(e["request_id"], e["kind"], e["forced"]) for e in audit] == \
+        [("req-1", "override", "1"), ("req-2", auto.decision.kind.value, "0")]
