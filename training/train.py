@@ -133,15 +133,18 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                             weight_decay=0.0, betas=(0.9, 0.95))
     step = 0
+    # The loss curve travels with the state, so a resumed (or already finished) run
+    # reports the whole curve, not only its own steps.
+    losses: list[float] = []
     if state_path.exists():
         saved = torch.load(state_path, map_location=device, weights_only=True)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         step = int(saved["step"])
+        losses = [float(x) for x in saved.get("losses", [])]
     bar = Progress(f"train {cfg.method}", total=total_steps, unit="step")
     bar.advance(step)
     began, tokens = time.monotonic(), 0
-    losses: list[float] = []
     epoch = step // per_epoch
     while step < total_steps:
         batches = list(_batches(trainset, cfg.batch_tokens, random.Random(cfg.seed + epoch)))
@@ -162,7 +165,7 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
             bar.advance(1, note=f"loss {loss.item() / max(n, 1):.2f} acc {accs} "
                                 f"{tokens / (time.monotonic() - began):.0f} tok/s")
             if step % cfg.save_every == 0 or step == total_steps:
-                _save(state_path, model, opt, step)
+                _save(state_path, model, opt, step, losses)
         epoch += 1
     bar.close()
     window = max(1, min(10, len(losses) // 4))
@@ -276,10 +279,12 @@ def _lr(peak: float, step: int, total: int) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
 
-def _save(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
+def _save(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int,
+          losses: list[float]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                "losses": losses}, tmp)
     tmp.replace(path)
 
 
