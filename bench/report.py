@@ -5,7 +5,8 @@ concurrency sweeps and mixed workload, then the real vLLM CPU sweep) and ends
 by printing one summary line:
 
 ``calibration_max_err=… auto_vs_oracle_min=… mixed_vs_best_static=…
-auto_vs_plain_min=… cpu_auto_vs_best_min=…``
+auto_vs_plain_min=… auto_vs_best_single_min=… mixed_vs_best_single=…
+cpu_auto_vs_best_min=…``
 
     .venv/bin/python -m bench.report [--out bench/out] [--no-cpu | --cpu-from JSON]
 """

@@ -15,6 +15,8 @@ import bisect
 import random
 from functools import lru_cache
 
+from sim.params import ModeSpec, SimParams
+
 
 def mean_accepted_length(alpha: float, k: int) -> float:
     """Tokens per step, bonus included: sum of alpha ** j for j = 0..k."""
@@ -36,6 +38,14 @@ def alpha_for(tau: float, depth: int) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def engine_tau(mode: ModeSpec, published_tau: float, params: SimParams) -> float:
+    """The mean accepted length this engine sees at its full depth: the published
+    (tree) figure, or a chain's share of its accepted drafts (``KTableCosts``)."""
+    if not mode.chain_drafted:
+        return published_tau
+    return 1.0 + params.k_table.chain_accept_ratio * (published_tau - 1.0)
 
 
 class AcceptanceSampler:

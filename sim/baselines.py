@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.adaptive_settings import AdaptiveSettings
-from sim.acceptance import alpha_for, mean_accepted_length
+from sim.acceptance import alpha_for, engine_tau, mean_accepted_length
 from sim.engine import SimEngine
 from sim.loop import Router, StaticRouter
 from sim.params import AUTO_MODES, CLASSES, ModeSpec, SimParams
@@ -96,7 +96,7 @@ def best_k_table(mode: ModeSpec, params: SimParams, batches: Sequence[int],
     """The best table for this engine: at every batch size of the grid, the K
     (0 = plain steps) with the highest steady-state throughput over the classes,
     found by exhaustive search with the calibrated step-time model."""
-    taus = [CLASSES[c].tau[mode.family] for c in classes]
+    taus = [engine_tau(mode, CLASSES[c].tau[mode.family], params) for c in classes]
     table: dict[int, int] = {}
     for b in batches:
         table[b] = max(range(mode.depth + 1),

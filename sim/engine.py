@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engines.stats import AcceptanceWindow, StepTimeProfile
-from sim.acceptance import AcceptanceSampler, alpha_for
+from sim.acceptance import AcceptanceSampler, alpha_for, engine_tau
 from sim.params import ModeSpec, SimParams
 from sim.steptime import StepShape, StepTimeModel
 from sim.workload import SimRequest
@@ -136,7 +136,8 @@ class SimEngine:
         key = (r.cls.name, k)
         sampler = self._samplers.get(key)
         if sampler is None:
-            alpha = alpha_for(r.cls.tau[self.mode.family], self.mode.depth)
+            tau = engine_tau(self.mode, r.cls.tau[self.mode.family], self.model.params)
+            alpha = alpha_for(tau, self.mode.depth)
             sampler = AcceptanceSampler(alpha, k)
             self._samplers[key] = sampler
         return sampler

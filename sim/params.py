@@ -15,6 +15,7 @@ Units: seconds, tokens, GiB.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -64,6 +65,36 @@ class DrafterCost:
     kv_share: float                        # drafter KV per token, as a share of the target's
 
 
+@dataclass(frozen=True, slots=True)
+class KTableCosts:
+    """What vLLM's per-batch K table (``num_speculative_tokens_per_batch_size``)
+    costs beside drafting. Source: vLLM issue 49548 (Gemma-4-31B, one H100):
+    a table at K = 0 runs +7% TPOT at concurrency 2 and +22% at 189 against an
+    engine with no speculation (log-linear between, clamped outside), and a
+    table forces piecewise CUDA graphs, about +14% at one stream: modelled as
+    a fixed time per K > 0 step, 14% of a plain single-stream step (launch
+    cost does not grow with the batch). ``chain_accept_ratio``: a chain
+    drafter accepts this share of the accepted drafts of the top-10 tree the
+    published tau was measured with (assumed: the EAGLE papers report chains
+    well below trees; 0.8 is a documented guess, the report shows 1.0 too)."""
+
+    k0_low: float = 0.07
+    k0_low_batch: int = 2
+    k0_high: float = 0.22
+    k0_high_batch: int = 189
+    piecewise_graphs: float = 0.14
+    chain_accept_ratio: float = 0.8
+
+    def k0_overhead(self, batch: float) -> float:
+        if batch <= self.k0_low_batch:
+            return self.k0_low
+        if batch >= self.k0_high_batch:
+            return self.k0_high
+        span = math.log(self.k0_high_batch / self.k0_low_batch)
+        return self.k0_low + (self.k0_high - self.k0_low) * math.log(
+            batch / self.k0_low_batch) / span
+
+
 def _drafters() -> Mapping[str, DrafterCost]:
     return MappingProxyType({
         # One decoder layer + 32k-vocabulary head; 7 sequential passes per step.
@@ -92,7 +123,13 @@ class ModeSpec:
     width: int = 1
     verify: int = 1
     family: str = ""
-    chain: bool = False                    # K may change per step (vLLM's per-batch table)
+    per_batch_k: bool = False              # K may change per step (vLLM's per-batch table)
+
+    @property
+    def chain_drafted(self) -> bool:
+        """Whether it drafts a chain (EAGLE-3 with one token per pass) while the
+        published tau of its family was measured with a top-10 tree."""
+        return self.method == "eagle3" and self.width == 1
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -105,11 +142,12 @@ EAGLE3_10 = ModeSpec("eagle3", "eagle3", depth=7, width=10, verify=10, family="e
 EAGLE3_60 = ModeSpec("eagle3_wide", "eagle3", depth=7, width=10, verify=60, family="eagle3_60")
 DFLASH_10 = ModeSpec("dflash", "dflash", depth=9, width=10, verify=10, family="dflash_10")
 # vLLM engines with ``num_speculative_tokens_per_batch_size``: chain drafting whose
-# K comes from a table by batch size (K = 0 steps are plain steps).
+# K comes from a table by batch size (K = 0 steps are plain steps plus the table's
+# cost, ``KTableCosts``).
 EAGLE3_CHAIN = ModeSpec("eagle3_dynk", "eagle3", depth=7, width=1, verify=8,
-                        family="eagle3_10", chain=True)
+                        family="eagle3_10", per_batch_k=True)
 DFLASH_CHAIN = ModeSpec("dflash_dynk", "dflash", depth=9, width=10, verify=10,
-                        family="dflash_10", chain=True)
+                        family="dflash_10", per_batch_k=True)
 
 STATIC_MODES: tuple[ModeSpec, ...] = (PLAIN, EAGLE3_10, EAGLE3_60, DFLASH_10)
 # SpecGate on one GPU: every static mode as an engine with an equal memory share.
@@ -163,6 +201,7 @@ class SimParams:
     hardware: Hardware = field(default_factory=Hardware)
     steps: StepCoefficients = field(default_factory=StepCoefficients)
     drafters: Mapping[str, DrafterCost] = field(default_factory=_drafters)
+    k_table: KTableCosts = field(default_factory=KTableCosts)
 
 
 # The published table the step-time model is fitted to (ARCHITECTURE.md).

@@ -40,13 +40,21 @@ class StepTimeModel:
         seqs, prefill = shape.decode_seqs, shape.prefill_tokens
         k = self.draft_length(mode, shape.k)
         if mode.method is None or k == 0 or seqs == 0:
-            return self.target(seqs, seqs + prefill, speculative=False) + \
-                self._drafter_prefill(mode, prefill)
+            plain = self.target(seqs, seqs + prefill, speculative=False)
+            if mode.per_batch_k and seqs > 0:   # a K table at K = 0 is not a plain engine
+                plain *= 1.0 + self.params.k_table.k0_overhead(seqs)
+            return plain + self._drafter_prefill(mode, prefill)
         verify, passes, width = self.shape_of(mode, k)
         drafter = self.drafter(mode)
         draft = passes * (drafter.pass_s + drafter.per_token_s * seqs * width)
+        graphs = self._piecewise_graphs() if mode.per_batch_k else 0.0
         return self.target(seqs, seqs * verify + prefill, speculative=True) + draft + \
-            self._drafter_prefill(mode, prefill)
+            graphs + self._drafter_prefill(mode, prefill)
+
+    def _piecewise_graphs(self) -> float:
+        """A K table forces piecewise CUDA graphs: launch time that does not grow
+        with the batch, sized as a share of a plain single-stream step."""
+        return self.params.k_table.piecewise_graphs * self.target(1, 1, speculative=False)
 
     @staticmethod
     def draft_length(mode: ModeSpec, k: int | None) -> int:
@@ -57,7 +65,7 @@ class StepTimeModel:
     @staticmethod
     def shape_of(mode: ModeSpec, k: int) -> tuple[int, int, int]:
         """(verified tokens per sequence, draft passes, tokens per sequence per pass)."""
-        if not mode.chain:
+        if not mode.per_batch_k:
             passes = 1 if mode.method == "dflash" else mode.depth
             return mode.verify, passes, mode.width
         if mode.method == "dflash":      # a block of k + 1 drafted in one pass

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
-from sim.acceptance import AcceptanceSampler, alpha_for, mean_accepted_length
-from sim.params import DFLASH_10, EAGLE3_10, EAGLE3_60, PLAIN, SimParams
+from sim.acceptance import AcceptanceSampler, alpha_for, engine_tau, mean_accepted_length
+from sim.params import (
+    DFLASH_10,
+    DFLASH_CHAIN,
+    EAGLE3_10,
+    EAGLE3_60,
+    EAGLE3_CHAIN,
+    PLAIN,
+    KTableCosts,
+    SimParams,
+)
 from sim.steptime import StepShape, StepTimeModel
 
 MODEL = StepTimeModel(SimParams())
@@ -45,3 +55,33 @@ def test_shorter_draft_accepts_less() -> None:
     alpha = alpha_for(4.32, 9)
     assert mean_accepted_length(alpha, 3) < mean_accepted_length(alpha, 9)
     assert AcceptanceSampler(alpha, 0).sample(random.Random(1)) == 0
+
+
+def test_a_k_table_at_k0_costs_more_than_no_speculation() -> None:
+    """vLLM issue 49548: a K table at K = 0 runs about +7% TPOT at concurrency 2 and
+    +22% at 189 against an engine with no speculation; it is not a free plain engine."""
+    def overhead(batch: int) -> float:
+        return MODEL.step(EAGLE3_CHAIN, StepShape(batch, 0, 0)) / \
+            MODEL.step(PLAIN, StepShape(batch)) - 1
+    assert overhead(2) == pytest.approx(0.07)
+    assert overhead(189) == pytest.approx(0.22)
+    assert 0.07 < overhead(32) < 0.22
+    assert overhead(512) == pytest.approx(0.22)
+
+
+def test_a_k_table_pays_piecewise_graphs_on_speculative_steps() -> None:
+    plain_1 = MODEL.step(PLAIN, StepShape(1))
+    chain = MODEL.step(EAGLE3_CHAIN, StepShape(1, 0, 3))
+    generous = StepTimeModel(replace(SimParams(), k_table=KTableCosts(piecewise_graphs=0.0)))
+    assert chain - generous.step(EAGLE3_CHAIN, StepShape(1, 0, 3)) == \
+        pytest.approx(0.14 * plain_1)
+    # Static engines (full graphs) pay nothing of it.
+    assert generous.step(EAGLE3_10, StepShape(1)) == MODEL.step(EAGLE3_10, StepShape(1))
+
+
+def test_a_chain_drafter_accepts_less_than_the_tree_the_published_tau_came_from() -> None:
+    params = SimParams()
+    tree = 3.49
+    assert engine_tau(EAGLE3_CHAIN, tree, params) == pytest.approx(1 + 0.8 * 2.49)
+    assert engine_tau(EAGLE3_10, tree, params) == tree         # the tree itself
+    assert engine_tau(DFLASH_CHAIN, tree, params) == tree      # DFlash drafts a block, no tree
