@@ -114,7 +114,8 @@ class AdaptivePolicy(Policy):
             if n <= 0:
                 continue
             known = self._learned(inputs, cls)
-            tau = tokens_per_step(held, known.acceptance.get(held.mode), s)
+            tau = tokens_per_step(held, known.acceptance.get(held.mode), s,
+                                  batch=held.batch_size)
             longest = max(longest, rounds(known.expected_output_tokens or 0.0, tau))
         return step_time(held, 1, s, scale) * longest / 2.0
 
@@ -189,7 +190,8 @@ class AdaptivePolicy(Policy):
                 known = learned[cls] = self._learned(inputs, cls)
             length = known.expected_output_tokens
             assert length is not None
-            tau = tokens_per_step(load, known.acceptance.get(load.mode), s)
+            tau = tokens_per_step(load, known.acceptance.get(load.mode), s,
+                                  batch=load.batch_size)
             rate = n / max(rounds(length, tau), 1.0)
             rates[cls] = rates.get(cls, 0.0) + rate
             total += n

@@ -38,6 +38,22 @@ class ModeLoad:
     gpu_group: str = "0"                 # engines in one group share (time-slice) a device
     # Measured decode step time by batch size: ((batch, seconds, samples), ...).
     step_profile: tuple[tuple[int, float, int], ...] = ()
+    # vLLM's ``num_speculative_tokens_per_batch_size``: ((first, last, K), ...) sorted
+    # by first batch; empty: K is ``num_speculative_tokens`` at every batch.
+    k_schedule: tuple[tuple[int, int, int], ...] = ()
+
+    def draft_length(self, batch: float) -> int:
+        """Draft tokens per sequence a step verifies at ``batch``. With a K table, as
+        vLLM reads it: the range holding the batch, a gap or the tail keeping the K
+        of the range before, never above ``num_speculative_tokens``."""
+        if self.method is None:
+            return 0
+        k = self.num_speculative_tokens
+        for first, _last, table_k in self.k_schedule:
+            if batch < first:
+                break
+            k = min(table_k, self.num_speculative_tokens)
+        return k
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,26 +44,34 @@ class ModeCost:
 
 
 def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
-                    settings: AdaptiveSettings, optimistic: bool = False) -> float:
+                    settings: AdaptiveSettings, optimistic: bool = False,
+                    batch: float | None = None) -> float:
     """Prior blended with measurements, weighted by how much evidence there is.
 
     The prior is the method's, discounted by ``cold_start_discount`` unless
     ``optimistic``: deciding where a batch goes on an unmeasured guess is
     costly when the guess is high (a drafter that accepts little on this class
     slows every request it holds), while exploring on the full prior is how the
-    guess gets measured at all."""
+    guess gets measured at all.
+
+    At ``batch``, an engine with a K table drafts the K its table gives: none at
+    K = 0, and never more than ``1 + K`` tokens a step (what was learned at a
+    longer K is capped, not rescaled)."""
     prior = settings.prior_for(load.method)
     if prior is None:
         return 1.0
-    cap = 1.0 + max(load.num_speculative_tokens, 1)
+    k = load.num_speculative_tokens if batch is None else load.draft_length(batch)
+    if load.k_schedule and k == 0:
+        return 1.0
+    cap = 1.0 + max(k, 1)
     prior_tau = min(prior.mean_accepted_length, cap)
     if not optimistic:
         prior_tau = 1.0 + (prior_tau - 1.0) * (1.0 - settings.cold_start_discount)
     if learned is not None and learned.drafts > 0:
         w = learned.drafts / (learned.drafts + settings.prior_draft_steps)
-        return max(1.0, w * learned.mean_accepted_length + (1 - w) * prior_tau)
+        return min(cap, max(1.0, w * learned.mean_accepted_length + (1 - w) * prior_tau))
     if load.mean_accepted_length is not None:  # the engine's live window, any class
-        return max(1.0, 0.5 * load.mean_accepted_length + 0.5 * prior_tau)
+        return min(cap, max(1.0, 0.5 * load.mean_accepted_length + 0.5 * prior_tau))
     return prior_tau
 
 
@@ -114,7 +122,7 @@ def _slope(points: list[tuple[float, float]]) -> float:
 
 def _prior_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
                 plain_scale: float) -> float:
-    k = load.num_speculative_tokens if load.method is not None else 0
+    k = load.draft_length(batch)
     prior = settings.prior_for(load.method)
     overhead = prior.draft_overhead if prior is not None else 0.0
     fixed = settings.step_fixed_s * (1.0 + overhead)
@@ -142,7 +150,8 @@ def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: 
              output_tokens: float, learned: LearnedAcceptance | None,
              settings: AdaptiveSettings, scale: float, optimistic: bool = False) -> ModeCost:
     """The marginal cost: this request joins ``candidate`` beside the others as they are."""
-    tau = tokens_per_step(candidate, learned, settings, optimistic)
+    tau = tokens_per_step(candidate, learned, settings, optimistic,
+                          batch=candidate.batch_size + 1)
     group = [m for m in modes.values() if m.gpu_group == candidate.gpu_group and m.up]
     others = sum(step_time(m, m.batch_size, settings, scale)
                  for m in group if m.mode != candidate.mode)
@@ -180,7 +189,7 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
     tau = 1.0
     for i, share in enumerate(shares):
         t = tokens_per_step(candidate, share.learned.get(candidate.mode), settings,
-                            optimistic and i == 0)
+                            optimistic and i == 0, batch=group_batch)
         if i == 0:
             tau = t
         total += share.weight * rounds(share.output_tokens, t)

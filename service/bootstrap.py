@@ -68,7 +68,8 @@ async def load_components(settings: Settings) -> Components:
             engines[name] = _make_engine(settings, name, mode, model_dir, drafters, bind)
         info[name] = ModeInfo(method=mode.method,
                               num_speculative_tokens=mode.num_speculative_tokens or 0,
-                              gpu_group=mode.gpu_group or ("cpu" if bind else "0"))
+                              gpu_group=mode.gpu_group or ("cpu" if bind else "0"),
+                              k_schedule=mode.k_schedule())
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
                       engines=engines, max_model_len=settings.max_model_len, mode_info=info,
                       closers=[client.aclose])

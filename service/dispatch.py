@@ -48,6 +48,7 @@ class ModeInfo:
     method: str | None = None
     num_speculative_tokens: int = 0
     gpu_group: str = "0"
+    k_schedule: tuple[tuple[int, int, int], ...] = ()   # vLLM's per-batch K table
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +295,8 @@ class Dispatcher:
                         acceptance_rate=s.recent_acceptance_rate,
                         mean_accepted_length=s.recent_mean_accepted_length,
                         method=info.method, num_speculative_tokens=info.num_speculative_tokens,
-                        gpu_group=info.gpu_group, step_profile=s.step_profile)
+                        gpu_group=info.gpu_group, step_profile=s.step_profile,
+                        k_schedule=info.k_schedule)
 
 
 def _workload_class(value: str | None, param: str) -> str | None:

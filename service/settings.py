@@ -29,6 +29,22 @@ OPERATIONAL_ENDPOINTS: tuple[OperationalEndpoint, ...] = ("/health", "/ready", "
 MIB = 1024 * 1024
 
 
+def _check_k_table(table: list[tuple[int, int, int]]) -> None:
+    """What vLLM would refuse at engine start, refused at settings load instead."""
+    previous = 0
+    for first, last, k in sorted(table):
+        if first < 1 or last < first or k < 0:
+            raise ValueError(f"num_speculative_tokens_per_batch_size: [{first}, {last}, {k}] "
+                             "needs 1 <= first batch <= last batch and K >= 0")
+        if first <= previous:
+            raise ValueError("num_speculative_tokens_per_batch_size: ranges overlap at "
+                             f"batch {first}")
+        if previous == 0 and first != 1:
+            raise ValueError("num_speculative_tokens_per_batch_size: the first range must "
+                             "start at batch 1")
+        previous = last
+
+
 class ModeSettings(BaseModel):
     """One decoding mode. Keys other than those below go into vLLM's
     ``speculative_config`` unchanged (``prompt_lookup_max``, ``draft_tensor_parallel_size``...)."""
@@ -39,6 +55,11 @@ class ModeSettings(BaseModel):
     model: str | None = Field(None, description="drafter path; 'embedded:eagle3' etc. for the "
                                                 "embedded default's drafters")
     num_speculative_tokens: int | None = Field(None, ge=1, le=64)
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
+        None, min_length=1, max_length=256, description="vLLM's per-batch K table: "
+        "[first batch, last batch, K] ranges from batch 1, K = 0 allowed; a gap or the "
+        "tail keeps the K of the range before; the policy prices the engine at the K "
+        "its table gives for the batch")
     kv_cache_gib: float | None = Field(None, gt=0, description="KV cache for this engine")
     cpu_threads_bind: str | None = Field(None, description="CPU build: cores for this engine")
     url: str | None = Field(None, pattern=r"^https?://", description="serve this mode with an "
@@ -52,11 +73,17 @@ class ModeSettings(BaseModel):
 
     @model_validator(mode="after")
     def _speculative_needs_method(self) -> ModeSettings:
-        if self.method is None and (self.model or self.num_speculative_tokens or self.model_extra):
+        if self.method is None and (self.model or self.num_speculative_tokens or self.model_extra
+                                    or self.num_speculative_tokens_per_batch_size):
             raise ValueError("a speculative mode needs 'method' (eagle3, dflash, ngram, ...)")
         if self.method is not None and self.num_speculative_tokens is None:
             raise ValueError(f"method {self.method!r} needs 'num_speculative_tokens'")
+        if self.num_speculative_tokens_per_batch_size is not None:
+            _check_k_table(self.num_speculative_tokens_per_batch_size)
         return self
+
+    def k_schedule(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple(sorted(self.num_speculative_tokens_per_batch_size or ()))
 
     def speculative_config(self) -> dict[str, Any] | None:
         if self.method is None:
@@ -65,6 +92,9 @@ class ModeSettings(BaseModel):
                                   "num_speculative_tokens": self.num_speculative_tokens}
         if self.model is not None:
             config["model"] = self.model
+        if self.num_speculative_tokens_per_batch_size is not None:
+            config["num_speculative_tokens_per_batch_size"] = [
+                list(r) for r in self.k_schedule()]
         config.update(self.model_extra or {})
         return config
 

@@ -13,7 +13,7 @@ from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Decision, DecisionInput, DecisionKind
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
-from service.dispatch import Dispatcher, RouteHints
+from service.dispatch import Dispatcher, ModeInfo, RouteHints
 from service.errors import InvalidRequest
 from tests.conftest import FAKE_MODE_INFO, fake_engines
 
@@ -113,3 +113,20 @@ async def test_a_forced_mode_never_consults_the_policy_and_is_audited_as_forced(
     audit = await store.recent_decisions(10)
     assert [(e["request_id"], e["kind"], e["forced"]) for e in audit] == \
         [("req-1", "override", "1"), ("req-2", auto.decision.kind.value, "0")]
+
+
+async def test_the_policy_sees_each_engines_k_table() -> None:
+    """A mode configured with vLLM's per-batch K table is priced at the K its table
+    gives: the dispatcher hands the table to the policy with the engine's load."""
+    engines = fake_engines()
+    for engine in engines.values():
+        await engine.start()
+    policy = RecordingPolicy()
+    table = ((1, 4, 3), (5, 256, 0))
+    info = {**FAKE_MODE_INFO, "eagle3": ModeInfo("eagle3", 3, k_schedule=table)}
+    dispatcher = Dispatcher(engines, policy, SharedPolicyState(MemoryStore(), "r"), info)
+    dispatcher.decide(None, 3, 5, None)
+    seen = policy.seen[-1].modes
+    assert seen["eagle3"].k_schedule == table
+    assert seen["eagle3"].draft_length(8) == 0
+    assert seen["dflash"].k_schedule == () and seen["dflash"].draft_length(8) == 4

@@ -79,10 +79,32 @@ def test_config_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     {"max_in_flight": -1},
     {"request_timeout_s": -1},
     {"api_keys": ["short"]},
+    # vLLM's per-batch K table: refused at load, not at engine start.
+    {"modes": {"x": {"num_speculative_tokens_per_batch_size": [[1, 4, 2]]}}},
+    {"modes": {"x": {"method": "eagle3", "num_speculative_tokens": 3,
+                     "num_speculative_tokens_per_batch_size": [[2, 4, 2]]}}},
+    {"modes": {"x": {"method": "eagle3", "num_speculative_tokens": 3,
+                     "num_speculative_tokens_per_batch_size": [[1, 4, 2], [4, 8, 0]]}}},
+    {"modes": {"x": {"method": "eagle3", "num_speculative_tokens": 3,
+                     "num_speculative_tokens_per_batch_size": [[1, 4, -1]]}}},
+    {"modes": {"x": {"method": "eagle3", "num_speculative_tokens": 3,
+                     "num_speculative_tokens_per_batch_size": [[5, 4, 1]]}}},
+    {"modes": {"x": {"method": "eagle3", "num_speculative_tokens": 3,
+                     "num_speculative_tokens_per_batch_size": []}}},
 ])
 def test_refuses_bad_values(bad: dict) -> None:
     with pytest.raises(ValidationError):
         Settings(**bad)
+
+
+def test_a_k_table_reaches_vllm_and_the_policy() -> None:
+    mode = Settings(modes={"eagle3_k": {
+        "method": "eagle3", "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": [[9, 256, 0], [1, 8, 3]]}}).modes["eagle3_k"]
+    assert mode.k_schedule() == ((1, 8, 3), (9, 256, 0))
+    config = mode.speculative_config()
+    assert config is not None
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 256, 0]]
 
 
 def test_bad_config_file_names_the_field(tmp_path: Path) -> None:
