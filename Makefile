@@ -44,14 +44,19 @@ bench: install
 	$(PY) -m bench.report
 
 # Reproduce the shipped drafters (docs/drafters.md): a base on the first 1,536 prompts,
-# then a fine-tune on all 4,608; resumable, results in drafters/.
+# a fine-tune on 4,608, then one on 12,288 (answers shipped for all of them, so no
+# answer is generated here); resumable, results in drafters/.
 train-drafters: install
 	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 1536 --epochs 8 --out drafters/base
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 1536 --epochs 5 --lr 2e-3 --out drafters/base
 	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 4608 --epochs 2 --lr 5e-4 \
-		--init-from drafters/base/eagle3
+		--init-from drafters/base/eagle3 --out drafters/round2
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 4608 --epochs 2 --lr 1e-3 \
-		--init-from drafters/base/dflash
+		--init-from drafters/base/dflash --out drafters/round2
+	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 12288 --epochs 3 --lr 6e-4 \
+		--init-from drafters/round2/eagle3 --out drafters
+	$(VENV)/bin/specgate train-drafter --method dflash --limit 12288 --epochs 3 --lr 1e-3 \
+		--init-from drafters/round2/dflash --out drafters
 
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
 soak: install

@@ -61,12 +61,13 @@ class MethodResult:
 
 def run_method(model_dir: Path, method: str, drafter: Path | None, k: int,
                prompts: list[tuple[str, list[int]]], max_tokens: int,
-               reference: dict[int, list[int]] | None) -> tuple[MethodResult, dict[int, list[int]]]:
+               reference: dict[int, list[int]] | None,
+               dtype: str = "float32") -> tuple[MethodResult, dict[int, list[int]]]:
     from vllm import LLM, SamplingParams
 
     spec = None if drafter is None else {"method": method, "model": str(drafter),
                                          "num_speculative_tokens": k}
-    llm = LLM(model=str(model_dir), speculative_config=spec, enforce_eager=True,
+    llm = LLM(model=str(model_dir), speculative_config=spec, enforce_eager=True, dtype=dtype,
               max_model_len=1024, kv_cache_memory_bytes=1 << 30, seed=0,
               per_request_spec_decode_metrics="summary" if spec else "none")
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
@@ -122,7 +123,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-engines", action="store_true",
                         help="only the gateway measurement")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dtype", help="engine dtype (default: what the gateway serves, "
+                                        "float32 for the embedded model)")
     args = parser.parse_args(argv)
+    dtype = args.dtype or Settings().resolved_dtype()
 
     embedded = prepare_embedded(Settings().cache_dir)
     eagle3 = args.eagle3 or embedded.eagle3_dir
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if not args.skip_engines:
         plain, reference = run_method(embedded.target_dir, "standard", None, 0, prompts,
-                                      args.max_tokens, None)
+                                      args.max_tokens, None, dtype)
         results = [plain]
         wanted = set(args.methods.split(","))
         for method, drafter, k in (("eagle3", eagle3, args.eagle3_k),
@@ -145,8 +149,8 @@ def main(argv: list[str] | None = None) -> None:
             if method not in wanted:
                 continue
             results.append(run_method(embedded.target_dir, method, drafter, k, prompts,
-                                      args.max_tokens, reference)[0])
-        report = render(results, len(prompts), args.max_tokens)
+                                      args.max_tokens, reference, dtype)[0])
+        report = render(results, len(prompts), args.max_tokens, dtype)
         print(report, flush=True)
         args.out.write_text(json.dumps([_row(r, plain) for r in results], indent=2) + "\n")
         args.out.with_suffix(".md").write_text(report + "\n")
@@ -211,10 +215,10 @@ def _row(r: MethodResult, plain: MethodResult) -> dict[str, Any]:
             "speedup_vs_plain": r.tokens_per_s / plain.tokens_per_s}
 
 
-def render(results: list[MethodResult], n: int, max_tokens: int) -> str:
+def render(results: list[MethodResult], n: int, max_tokens: int, dtype: str) -> str:
     plain = results[0]
-    lines = [f"Held-out prompts: {n}, greedy, max_tokens {max_tokens}, c = 1, one engine at a "
-             "time.", "",
+    lines = [f"Held-out prompts: {n}, greedy, max_tokens {max_tokens}, {dtype}, c = 1, one "
+             "engine at a time.", "",
              "| method | K | mean acceptance length | per-position acceptance | "
              "by kind (code / copy / chat) | tokens/s | vs plain | greedy output = plain |",
              "|---|---|---|---|---|---|---|---|"]

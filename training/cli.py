@@ -11,6 +11,7 @@ and the checkpoint in ``--out/<method>`` (stage 4) with its model card.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -52,6 +53,14 @@ def add_parser(sub: Any) -> None:
                    help="fine-tune: start from this exported drafter's weights and draft "
                         "vocabulary (one --method only) instead of the target's layers")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--answers-engine", choices=["auto", "vllm", "transformers"],
+                   default="auto", help="what generates the target's answers: vLLM (the "
+                   "default where it is installed) or plain transformers (a GPU machine "
+                   "without a vLLM build)")
+    p.add_argument("--answers-batch", type=int, default=64,
+                   help="prompts per answer-generation batch")
+    p.add_argument("--batch-tokens", type=int, default=6144,
+                   help="tokens per training step (raise with the learning rate on a GPU)")
 
 
 def run(args: argparse.Namespace, cache_dir: Path) -> None:
@@ -83,7 +92,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
     known = args.known_answers or (KNOWN_ANSWERS / f"{target.name}.jsonl.gz")
     samples = generate_answers(target, prompts, work / "answers.jsonl",
                                max_answer_tokens=args.max_answer_tokens, seed=args.seed,
-                               known=known)
+                               known=known, engine=args.answers_engine,
+                               batch=args.answers_batch, device=device)
     print(f"[2/4] features: layers {layers} on {device}", flush=True)
     shards = extract_features(target, samples, work / "features", layers=layers, device=device)
     if args.init_from and args.method == "both":
@@ -94,6 +104,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
     for method in (["eagle3", "dflash"] if args.method == "both" else [args.method]):
         k = args.k or DEFAULT_K[method]
         cfg = TrainConfig(method=method, epochs=args.epochs, lr=args.lr, steps_ahead=k,
+                          batch_tokens=args.batch_tokens,
                           dflash_layers=args.dflash_layers, seed=args.seed,
                           dflash_window=args.dflash_window or None)
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
@@ -107,8 +118,9 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
             print(f"      starting from {args.init_from}: its weights, and its output rows "
                   f"for {kept} of {vocab.size} draft tokens", flush=True)
         trained = time.monotonic()
-        # A fine-tune keeps its own state: a resumed run must not take the base's.
-        run_dir = work / (f"{method}-from-{args.init_from.name}" if args.init_from else method)
+        # Each run keeps its own state (by method, prompts and starting point): a resumed
+        # run must not take a base's or another round's.
+        run_dir = work / _run_name(method, len(prompts), args.init_from)
         metrics = train(cfg, model, examples, run_dir / "state.pt", device)
         save_metrics(run_dir / "metrics.json", cfg, metrics)
         out = args.out / method
@@ -128,6 +140,13 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         print(f"[4/4] writing {out}: {json.dumps(metrics)}", flush=True)
         export_drafter(method, model, vocab, target, layers, out, block=k + 1,
                        mask_token_id=mask_id, card=card, window=cfg.dflash_window)
+
+
+def _run_name(method: str, prompts: int, init_from: Path | None) -> str:
+    if init_from is None:
+        return f"{method}-n{prompts}"
+    origin = hashlib.sha1(str(init_from.resolve()).encode()).hexdigest()[:8]
+    return f"{method}-n{prompts}-from-{init_from.name}-{origin}"
 
 
 def _vocab(work: Path, samples: Any, size: int, target: Path) -> Any:
@@ -156,3 +175,19 @@ def _embedded_target(cache_dir: Path) -> Path:
     from engines.embedded import prepare_embedded
 
     return prepare_embedded(cache_dir).target_dir
+
+
+def main() -> None:
+    """``python -m training.cli``: the same command without the gateway's dependencies
+    (a training machine needs torch, transformers and safetensors only)."""
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m training.cli")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args()
+    cache = Path(os.environ.get("SPECGATE_CACHE_DIR", Path.home() / ".cache" / "specgate"))
+    run(args, cache)
+
+
+if __name__ == "__main__":
+    main()

@@ -75,8 +75,11 @@ class Eagle3Drafter(nn.Module):
         Returns the weighted loss and per step (summed loss, correct count)."""
         total = feats.new_zeros(())
         per_step = []
-        for k, logits in enumerate(self.unroll(tokens, feats, steps)):
-            loss, correct = masked_ce(logits, _shift(labels, 2 + k, fill=-1))
+        for k, out in enumerate(self._outputs(tokens, feats, steps)):
+            target = _shift(labels, 2 + k, fill=-1)
+            keep = target >= 0
+            # The output head (the drafter's largest matrix) only where a label is.
+            loss, correct = masked_ce(self.lm_head(self.norm(out[keep])), target[keep])
             per_step.append((loss.detach(), correct))
             total = total + loss * (0.8 ** k)
         return total, per_step
@@ -84,13 +87,18 @@ class Eagle3Drafter(nn.Module):
     def unroll(self, tokens: torch.Tensor, feats: torch.Tensor,
                steps: int) -> list[torch.Tensor]:
         """Draft logits [B, T, V_draft] per step; step k at index i predicts token i+2+k."""
+        return [self.lm_head(self.norm(out)) for out in self._outputs(tokens, feats, steps)]
+
+    def _outputs(self, tokens: torch.Tensor, feats: torch.Tensor,
+                 steps: int) -> list[torch.Tensor]:
+        """The layer's pre-norm output [B, T, H] per draft step."""
         s, layer = self.s, self.midlayer
         b, t = tokens.shape
         pos = torch.arange(t, device=tokens.device).expand(b, t)
         h = self.fc(feats)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
-        out_logits = []
+        outs = []
         for k in range(steps):
             tok_in = _shift(tokens, 1 + k, fill=0)
             emb = layer.input_layernorm(F.embedding(tok_in, self.embed))
@@ -103,9 +111,9 @@ class Eagle3Drafter(nn.Module):
             attn = _ttt_attention(q, keys, values, s.heads // s.kv_heads)
             residual = a.o_proj(attn.reshape(b, t, -1)) + residual
             out = layer.mlp(layer.post_attention_layernorm(residual)) + residual
-            out_logits.append(self.lm_head(self.norm(out)))
+            outs.append(out)
             h = out  # the pre-norm output is the next step's hidden state
-        return out_logits
+        return outs
 
 
 def _shift(x: torch.Tensor, by: int, fill: int) -> torch.Tensor:

@@ -3,8 +3,10 @@
 Both drafters read the same layers (``FEATURE_LAYERS``, Hugging Face numbering:
 0 is the embedding output, k the residual stream after layer k-1, which is
 vLLM's auxiliary-layer numbering too), so one pass serves EAGLE-3 and DFlash.
-Computed in bf16 (the served precision), stored as fp16, one safetensors shard
-per ``shard_size`` samples; a rerun skips shards already written.
+Computed from the float32 target (the embedded default's served precision), with
+matrix products in bf16 where the hardware has bf16 units (``training.device``:
+GPUs, AMX CPUs; the residual stream stays float32), stored as fp16, one
+safetensors shard per ``shard_size`` samples; a rerun skips shards already written.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from training.answers import Sample
+from training.device import bf16_autocast
 from training.progress import Progress
 
 
@@ -83,12 +86,12 @@ def load_shard(path: Path) -> Shard:
 
 
 def _target(model_dir: Path, device: str, keep_layers: int) -> Any:
-    """The target in bf16, as vLLM serves it, cut after the last layer read: layers
-    above it cannot change the features (one more is kept so that entry
+    """The target in float32, as the embedded default serves it, cut after the last layer
+    read: layers above it cannot change the features (one more is kept so that entry
     ``max(layers)`` is a plain residual stream, never the final norm's output)."""
     from transformers import AutoModelForCausalLM
 
-    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model.model.layers = model.model.layers[:keep_layers]
     return model.to(device).eval()
 
@@ -119,8 +122,10 @@ def _forward(model: Any, group: list[Sample], layers: Sequence[int],
     for i, s in enumerate(seqs):  # right padding: causal attention never sees it
         ids[i, :len(s)] = torch.tensor(s)
         mask[i, :len(s)] = 1
-    out = model.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                      output_hidden_states=True)
+    with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                        enabled=bf16_autocast(device)):
+        out = model.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                          output_hidden_states=True)
     stacked = torch.cat([out.hidden_states[k] for k in layers], dim=-1)
     return [stacked[i, :len(s)].to("cpu", torch.float16) for i, s in enumerate(seqs)]
 

@@ -50,7 +50,28 @@ MODULES = (
     "asyncio.tasks", "urllib.request", "xml.etree.ElementTree", "xml.sax.saxutils",
     "xml.dom.minidom", "xmlrpc.client", "http.server", "email.header", "wsgiref.util",
     "importlib.util", "importlib.metadata", "unittest.case", "unittest.util",
+    # Added for the third training slice (rows 4609 on), with classes' methods.
+    "os.path", "stat", "errno", "time", "sys", "string.templatelib", "html.parser",
+    "http.client", "http.cookiejar", "urllib.robotparser", "urllib.error", "email.message",
+    "email.parser", "email.generator", "email.policy", "email.charset", "email.encoders",
+    "email.iterators", "mailbox", "netrc", "nntplib", "poplib", "telnetlib", "socketserver",
+    "asyncio.events", "asyncio.queues", "asyncio.locks", "asyncio.streams",
+    "asyncio.base_events", "concurrent.futures", "multiprocessing.pool", "optparse",
+    "cmd", "code", "codeop", "pdb", "trace", "modulefinder", "opcode", "token", "pyclbr",
+    "tabnanny", "filecmp", "dbm", "wave", "chunk", "sndhdr", "imghdr", "mimetypes",
+    "encodings.idna", "encodings.punycode", "json.decoder", "json.encoder", "csv",
+    "collections.abc", "importlib.resources", "importlib.abc", "zoneinfo", "contextvars",
+    "unittest.mock", "unittest.loader", "unittest.runner", "unittest.suite", "xml.dom.pulldom",
+    "xml.etree.ElementPath", "xml.sax.handler", "xml.sax.xmlreader", "xml.parsers.expat",
+    "logging.handlers", "logging.config", "curses.ascii", "turtle", "tkinter.font",
+    "lib2to3.pytree", "venv", "ensurepip", "webbrowser", "uu", "sre_parse", "sre_compile",
+    "ctypes.util", "distutils.util", "tomllib", "secrets", "numbers", "heapq",
 )
+# Modules whose classes' documented methods are prompts too (the third slice).
+METHOD_MODULES = frozenset(MODULES[MODULES.index("os.path"):]) | {
+    "json", "csv", "configparser", "argparse", "logging", "pathlib", "zipfile", "tarfile",
+    "email.utils", "http.cookies", "sched", "queue", "threading", "sqlite3", "pprint",
+    "reprlib", "string", "shlex", "html", "decimal", "fractions", "datetime", "random"}
 RESERVED_MODULES = ("textwrap", "statistics", "difflib", "ipaddress", "colorsys",
                     "graphlib", "fnmatch", "calendar")
 CHAT_SUBJECTS = (
@@ -85,6 +106,43 @@ CHAT_SUBJECTS = (
     "farming", "apples", "the heartbeat of a city", "traffic lights", "umbrellas",
     "kites", "fireworks", "snails", "whales", "mathematics", "poetry", "science fiction",
     "cybersecurity", "databases", "open-source software", "electricity", "sound waves",
+    # Added for the third training slice.
+    "the Moon", "Mars", "Jupiter", "the Milky Way", "stars", "eclipses", "meteors",
+    "the seasons", "fog", "clouds", "lightning", "earth's core", "plate tectonics",
+    "sand dunes", "the Sahara", "rainwater harvesting", "forests", "wetlands", "soil",
+    "composting", "beekeeping", "dairy farming", "wheat", "potatoes", "tomatoes",
+    "spices", "olive oil", "sugar", "bread", "pizza", "sushi", "soup", "breakfast",
+    "vegetarian diets", "water", "hydration", "the lungs", "the skin", "teeth", "the eyes",
+    "hearing", "memory", "dreams", "emotions", "habits", "stress", "happiness", "laughter",
+    "kindness", "honesty", "patience", "curiosity", "leadership", "negotiation",
+    "job interviews", "resumes", "saving money", "budgeting", "taxes", "banks",
+    "credit cards", "insurance", "startups", "marketing", "advertising", "supply chains",
+    "shipping containers", "airports", "highways", "subways", "electric bikes", "ships",
+    "sailing", "hot-air balloons", "rockets", "satellites", "GPS", "radio", "television",
+    "the printing of books", "e-books", "social media", "search engines", "programming",
+    "Python", "algorithms", "sorting", "encryption", "passwords", "computer viruses",
+    "operating systems", "keyboards", "artificial intelligence", "virtual reality",
+    "3D printing", "drones", "self-driving cars", "quantum computers", "semiconductors",
+    "the transistor", "light bulbs", "refrigerators", "washing machines", "plumbing",
+    "architecture", "skyscrapers", "houses", "furniture", "painting", "drawing",
+    "the Mona Lisa", "comics", "animation", "movies", "theatre", "dance", "drums",
+    "the orchestra", "singing", "hip hop", "rock music", "folk songs", "the Beatles",
+    "Shakespeare", "novels", "mythology", "the Greek gods", "ancient Egypt", "the Maya",
+    "the Aztecs", "the Incas", "the Middle Ages", "samurai", "the Cold War",
+    "the United Nations", "elections", "laws", "courts", "human rights", "cities",
+    "villages", "population growth", "immigration", "languages of the world", "grammar",
+    "spelling", "handwriting", "reading", "homework", "teachers", "universities",
+    "scholarships", "online learning", "chess openings", "puzzles", "crosswords",
+    "sudoku", "card games", "basketball", "baseball", "swimming", "running", "cycling",
+    "skiing", "surfing", "hiking", "fishing", "birdwatching",
+    "pets", "goldfish", "parrots", "rabbits", "turtles", "lions", "tigers", "giraffes",
+    "zebras", "pandas", "koalas", "dolphins", "jellyfish", "crabs", "ants", "worms",
+    "bats", "eagles", "crows", "pigeons", "hummingbirds", "trees", "oak trees", "cacti",
+    "roses", "tulips", "moss", "seeds", "pollination", "evolution", "cells", "bacteria",
+    "viruses", "genetics", "proteins", "enzymes", "atoms", "molecules", "chemical reactions",
+    "acids and bases", "energy", "heat", "friction", "simple machines", "levers", "pulleys",
+    "wheels", "engines", "steam power", "hydropower", "geothermal energy", "oil",
+    "natural gas", "plastic", "glass", "steel", "wood", "cotton", "wool", "silk",
 )
 RESERVED_SUBJECTS = ("dinosaurs", "the ocean", "the Sun", "chocolate", "airplanes",
                      "the brain", "mountains", "elephants")
@@ -94,6 +152,12 @@ CHAT_TEMPLATES = (
     "Write a short poem about {s}.", "What are the pros and cons of {s}?",
     "How would you describe {s} in five sentences?", "Tell me a short story about {s}.",
     "List five questions a student might ask about {s}.",
+    # Added for the third training slice.
+    "Describe the history of {s} briefly.", "What should a beginner know about {s}?",
+    "Write a haiku about {s}.", "Compare {s} with something familiar.",
+    "What are common misconceptions about {s}?", "Summarize {s} in one sentence.",
+    "Write a short dialogue between two friends about {s}.",
+    "Give me a fun fact about {s} and explain why it is true.",
 )
 COPY_TEMPLATES = (
     "Add a docstring and type hints to this function. Return the whole function.\n\n"
@@ -196,7 +260,7 @@ def write_heldout(path: Path = HELDOUT_PATH, per_kind: int = 16, seed: int = 1) 
 
 def _all_prompts(*, reserved: bool) -> Iterator[Prompt]:
     modules = RESERVED_MODULES if reserved else tuple(
-        m for m in MODULES if m not in RESERVED_MODULES)
+        m for m in dict.fromkeys(MODULES) if m not in RESERVED_MODULES)
     subjects = RESERVED_SUBJECTS if reserved else CHAT_SUBJECTS
     for name in modules:
         for qual, fn in _documented_functions(name):
@@ -232,11 +296,14 @@ def _documented_functions(module_name: str) -> Iterator[tuple[str, object]]:
             return
     for attr in sorted(vars(module)):
         fn = getattr(module, attr)
-        if attr.startswith("_") or not inspect.isfunction(fn):
+        if attr.startswith("_") or getattr(fn, "__module__", None) != module.__name__:
             continue
-        if getattr(fn, "__module__", None) != module.__name__ or not inspect.getdoc(fn):
-            continue
-        yield f"{module_name}.{attr}", fn
+        if inspect.isfunction(fn) and inspect.getdoc(fn):
+            yield f"{module_name}.{attr}", fn
+        elif inspect.isclass(fn) and module_name in METHOD_MODULES:
+            for name, meth in sorted(vars(fn).items()):
+                if not name.startswith("_") and inspect.isfunction(meth) and meth.__doc__:
+                    yield f"{module_name}.{attr}.{name}", meth
 
 
 def _signature(fn: object) -> str:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from engines.embedded.target_shape import TargetShape
+from training.device import bf16_autocast
 from training.dflash import DFlashDrafter, DFlashShape
 from training.eagle3 import Eagle3Drafter, Eagle3Shape
 from training.features import load_shard
@@ -199,7 +200,8 @@ def _loss(cfg: TrainConfig, model: nn.Module, batch: list[Example], device: str,
           rng: random.Random, raw: tuple[torch.Tensor, torch.Tensor] | None = None,
           ) -> tuple[torch.Tensor, list[float], int]:
     tokens, feats, labels = _pad(batch, device)
-    with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16):
+    kind = device.split(":")[0]
+    with torch.autocast(device_type=kind, dtype=torch.bfloat16, enabled=bf16_autocast(device)):
         if cfg.method == "eagle3":
             loss, per = model(tokens, feats, labels, cfg.steps_ahead)
             counts = [int((_shifted(labels, 2 + k) >= 0).sum()) for k in range(cfg.steps_ahead)]

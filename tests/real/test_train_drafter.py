@@ -25,7 +25,7 @@ def test_train_drafter_smoke_then_vllm_loads_both(tmp_path: Path) -> None:
             "--work-dir", str(work), "--out", str(out), "--known-answers", str(none))
     assert r.returncode == 0, r.stderr[-4000:]
     for method in ("eagle3", "dflash"):
-        metrics = json.loads((work / method / "metrics.json").read_text())
+        metrics = json.loads((work / f"{method}-n6" / "metrics.json").read_text())
         assert metrics["loss_last"] < 0.8 * metrics["loss_first"], (method, metrics)
         cfg = json.loads((out / method / "config.json").read_text())
         assert cfg["draft_vocab_size"] == 1024
@@ -48,8 +48,9 @@ def test_train_drafter_smoke_then_vllm_loads_both(tmp_path: Path) -> None:
                  "--work-dir", str(fresh), "--out", str(tmp_path / "again"),
                  "--known-answers", str(known), "--init-from", str(out / "eagle3"))
     assert reused.returncode == 0, reused.stderr[-4000:]
-    scratch = json.loads((work / "eagle3" / "metrics.json").read_text())
-    tuned = json.loads((fresh / "eagle3-from-eagle3" / "metrics.json").read_text())
+    scratch = json.loads((work / "eagle3-n6" / "metrics.json").read_text())
+    (tuned_dir,) = fresh.glob("eagle3-n6-from-eagle3-*")  # its own state, not the base's
+    tuned = json.loads((tuned_dir / "metrics.json").read_text())
     assert tuned["loss_first"] < 0.8 * scratch["loss_first"], (tuned, scratch)
     assert "starting from" in reused.stdout
     assert "reused from" in reused.stdout and "answers:" not in reused.stderr
