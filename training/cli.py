@@ -44,6 +44,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dflash-layers", type=int, default=2)
     p.add_argument("--dflash-window", type=int, default=32,
                    help="DFlash sliding-window attention span (0: full attention)")
+    p.add_argument("--dflash-anchors", type=int, default=64,
+                   help="DFlash training blocks drawn per sequence and step")
     p.add_argument("--max-answer-tokens", type=int, default=256)
     p.add_argument("--known-answers", type=Path,
                    help="gzipped JSONL of answers generated before, reused where the "
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         cfg = TrainConfig(method=method, epochs=args.epochs, lr=args.lr, steps_ahead=k,
                           batch_tokens=args.batch_tokens,
                           dflash_layers=args.dflash_layers, seed=args.seed,
+                          anchors_per_seq=args.dflash_anchors,
                           dflash_window=args.dflash_window or None)
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
         examples = load_examples(shards, vocab, cfg.max_len)

@@ -11,14 +11,13 @@ drafts.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.layers import MLP, RMSNorm, Rope, masked_ce, repeat_kv
+from training.layers import MLP, RMSNorm, Rope, masked_ce
 
 
 @dataclass(frozen=True)
@@ -125,20 +124,18 @@ def _shift(x: torch.Tensor, by: int, fill: int) -> torch.Tensor:
 
 def _ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
                    groups: int) -> torch.Tensor:
-    """q [B, T, Hq, d]; keys/values per step [B, T, Hkv, d] -> [B, T, Hq, d]."""
+    """q [B, T, Hq, d]; keys/values per step [B, T, Hkv, d] -> [B, T, Hq, d].
+
+    One fused attention over the steps' keys laid end to end: step-0 keys causally,
+    each later step's keys only at the query's own index (a [T, steps * T] mask shared
+    by the batch), so no [B, H, T, T] score tensor is ever materialised."""
     t = q.shape[1]
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    k0 = repeat_kv(keys[0], groups)
-    v0 = repeat_kv(values[0], groups)
-    # Step-0 keys: causal over the whole sequence.
-    s0 = torch.einsum("bihd,bjhd->bhij", q, k0) * scale
-    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-    s0 = s0.masked_fill(~causal, float("-inf"))
-    # Later steps' keys: only the same index (the draft's own chain).
-    diag = [torch.einsum("bihd,bihd->bhi", q, repeat_kv(kj, groups)).unsqueeze(-1) * scale
-            for kj in keys[1:]]
-    probs = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)
-    out = torch.einsum("bhij,bjhd->bihd", probs[..., :t], v0)
-    for j, vj in enumerate(values[1:]):
-        out = out + probs[..., t + j].permute(0, 2, 1).unsqueeze(-1) * repeat_kv(vj, groups)
-    return out
+    idx = torch.arange(t, device=q.device)
+    blocks = [idx[None, :] <= idx[:, None]]
+    blocks += [torch.eye(t, dtype=torch.bool, device=q.device)] * (len(keys) - 1)
+    k = torch.cat(keys, dim=1).transpose(1, 2)
+    v = torch.cat(values, dim=1).transpose(1, 2)
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v,
+                                         attn_mask=torch.cat(blocks, dim=1),
+                                         enable_gqa=groups > 1)
+    return out.transpose(1, 2)
