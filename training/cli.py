@@ -33,6 +33,9 @@ def add_parser(sub: Any) -> None:
                                                 "line (default: the built-in offline set, "
                                                 "training/data/train.jsonl)")
     p.add_argument("--limit", type=int, default=1024, help="number of prompts used")
+    p.add_argument("--skip", type=int, default=0,
+                   help="leave out the first N prompts (a fine-tuning round on prompts the "
+                        "starting drafter has not seen); --limit counts from there")
     p.add_argument("--work-dir", type=Path, help="resumable intermediate outputs "
                                                  "(default: <cache>/train/<target name>)")
     p.add_argument("--out", type=Path, default=Path("drafters"), help="checkpoint parent dir")
@@ -76,7 +79,10 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         source = args.prompts
         save_prompts(snapshot, prompts_from_file(source) if source else
                      builtin_training_prompts())
-    prompts = prompts_from_file(snapshot)[:args.limit]
+    prompts = prompts_from_file(snapshot)[args.skip:args.skip + args.limit]
+    # A slice that does not start at the first prompt keeps its own features and
+    # vocabulary, so it never evicts (or takes) the shards of a run from the start.
+    slice_tag = f"-from{args.skip}" if args.skip else ""
 
     from engines.embedded.target_shape import special_token_id
     from training.answers import generate_answers
@@ -97,10 +103,11 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                                known=known, engine=args.answers_engine,
                                batch=args.answers_batch, device=device)
     print(f"[2/4] features: layers {layers} on {device}", flush=True)
-    shards = extract_features(target, samples, work / "features", layers=layers, device=device)
+    shards = extract_features(target, samples, work / f"features{slice_tag}", layers=layers,
+                              device=device)
     if args.init_from and args.method == "both":
         raise SystemExit("--init-from takes one --method (eagle3 or dflash), not both")
-    vocab = _vocab(work, samples, args.draft_vocab, target)
+    vocab = _vocab(work, samples, args.draft_vocab, target, slice_tag)
     print(f"      draft vocabulary {vocab.size}: covers {vocab.coverage:.1%} of answer tokens")
     mask_id = special_token_id(target, MASK_TOKEN)
     for method in (["eagle3", "dflash"] if args.method == "both" else [args.method]):
@@ -123,7 +130,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         trained = time.monotonic()
         # Each run keeps its own state (by method, prompts and starting point): a resumed
         # run must not take a base's or another round's.
-        run_dir = work / _run_name(method, len(prompts), args.init_from)
+        run_dir = work / (_run_name(method, len(prompts), args.init_from) + slice_tag)
         metrics = train(cfg, model, examples, run_dir / "state.pt", device)
         save_metrics(run_dir / "metrics.json", cfg, metrics)
         out = args.out / method
@@ -152,7 +159,7 @@ def _run_name(method: str, prompts: int, init_from: Path | None) -> str:
     return f"{method}-n{prompts}-from-{init_from.name}-{origin}"
 
 
-def _vocab(work: Path, samples: Any, size: int, target: Path) -> Any:
+def _vocab(work: Path, samples: Any, size: int, target: Path, tag: str = "") -> Any:
     """Built once per sample set and saved, so a resumed run trains on the same
     vocabulary (and a run on more prompts builds its own)."""
     import torch
@@ -160,7 +167,7 @@ def _vocab(work: Path, samples: Any, size: int, target: Path) -> Any:
 
     from training.vocab import DraftVocab, build_vocab
 
-    path = work / f"vocab-{size}-n{len(samples)}.safetensors"
+    path = work / f"vocab-{size}-n{len(samples)}{tag}.safetensors"
     if path.exists():
         t = load_file(str(path))
         return DraftVocab(t["draft_to_target"], t["target_to_draft"], float(t["coverage"]))

@@ -39,22 +39,26 @@ def test_train_drafter_smoke_then_vllm_loads_both(tmp_path: Path) -> None:
 
     # Known answers (what the project ships for its embedded model) are reused: a
     # fresh work directory needs no engine for stage 1. This run also fine-tunes the
-    # drafter trained above (--init-from): it starts from that drafter's weights.
+    # drafter trained above (--init-from): it starts from that drafter's weights, on
+    # a slice of the prompts that leaves out the first two (--skip).
     known = tmp_path / "known.jsonl.gz"
     save_known_answers(read_samples(work / "answers.jsonl"), known)
     fresh = tmp_path / "fresh"
-    reused = run("-m", "gateway.cli", "train-drafter", "--method", "eagle3", "--limit", "6",
-                 "--max-answer-tokens", "48", "--epochs", "1", "--draft-vocab", "1024",
-                 "--work-dir", str(fresh), "--out", str(tmp_path / "again"),
+    reused = run("-m", "gateway.cli", "train-drafter", "--method", "eagle3", "--skip", "2",
+                 "--limit", "4", "--max-answer-tokens", "48", "--epochs", "1",
+                 "--draft-vocab", "1024", "--work-dir", str(fresh),
+                 "--out", str(tmp_path / "again"),
                  "--known-answers", str(known), "--init-from", str(out / "eagle3"))
     assert reused.returncode == 0, reused.stderr[-4000:]
     scratch = json.loads((work / "eagle3-n6" / "metrics.json").read_text())
-    (tuned_dir,) = fresh.glob("eagle3-n6-from-eagle3-*")  # its own state, not the base's
+    # Its own state and features, not the base's or a run from the first prompt.
+    (tuned_dir,) = fresh.glob("eagle3-n4-from-eagle3-*-from2")
     tuned = json.loads((tuned_dir / "metrics.json").read_text())
     assert tuned["loss_first"] < 0.8 * scratch["loss_first"], (tuned, scratch)
+    assert (fresh / "features-from2").is_dir() and not (fresh / "features").exists()
     assert "starting from" in reused.stdout
     assert "reused from" in reused.stdout and "answers:" not in reused.stderr
-    assert read_samples(fresh / "answers.jsonl") == read_samples(work / "answers.jsonl")
+    assert read_samples(fresh / "answers.jsonl") == read_samples(work / "answers.jsonl")[2:]
 
     acc = tmp_path / "acceptance.json"
     r = run("-m", "bench.acceptance", "--eagle3", str(out / "eagle3"), "--dflash",
