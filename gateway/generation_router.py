@@ -69,10 +69,17 @@ async def _serve(runtime: RuntimeDep, endpoint: OpenAIEndpoint[W], body: W,
                                  media_type="text/event-stream", headers=headers,
                                  background=BackgroundTask(call.stream.aclose))
     finished = await cancel_on_disconnect(request, serving.collect(call))
-    return JSONResponse(dump(endpoint.json_body(call, finished)), headers=headers)
+    # The mode that served the end: a request moved mid-way (service/moves.py) reports
+    # where it finished.
+    request.state.routing = call.stream.routing
+    return JSONResponse(dump(endpoint.json_body(call, finished)),
+                        headers=response_headers(call))
 
 
 def response_headers(call: Call) -> dict[str, str]:
     decision = call.stream.routing.decision
-    return {"x-spec-mode": decision.mode, "x-spec-decision": decision.reason,
-            "x-request-id": call.id}
+    headers = {"x-spec-mode": decision.mode, "x-spec-decision": decision.reason,
+               "x-request-id": call.id}
+    if call.stream.moves:
+        headers["x-spec-moves"] = str(call.stream.moves)
+    return headers

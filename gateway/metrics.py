@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from engines.stats import LOAD_FIELDS
 from service.dispatch import Completed, Routing
+from service.moves import Move
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -126,6 +127,9 @@ class GatewayMetrics:
                                 ["endpoint", "mode", "status", "forced"], registry=r)
         self.decisions = Counter("specgate_decisions", "routing decisions",
                                  ["mode", "reason"], registry=r)
+        self.moves = Counter("specgate_moves", "requests in flight continued on the mode "
+                             "auto moved their device group to", ["source", "target"],
+                             registry=r)
         self.ttft = Histogram("specgate_time_to_first_token_seconds",
                               "decision to first generated token", ["mode"],
                               buckets=LATENCY_BUCKETS, registry=r)
@@ -167,6 +171,9 @@ class GatewayMetrics:
                     seconds: float) -> None:
         self.requests.labels(endpoint, mode, str(status), "1" if forced else "0").inc()
         self.e2e.labels(endpoint, mode).observe(seconds)
+
+    def on_move(self, move: Move) -> None:
+        self.moves.labels(move.source, move.target).inc()
 
     def on_error(self, type_: str, code: str | None) -> None:
         self.errors.labels(type_, code or "").inc()

@@ -41,12 +41,15 @@ async def sse_body(serving: Serving, endpoint: OpenAIEndpoint[Any], call: Call,
         elif isinstance(item, Delta):
             if continuous:  # vLLM's continuous_usage_stats: usage so far, every chunk
                 so_far = usage(*call.tokens_so_far())
+            last = item.event.finish_reason is not None
             for choice in endpoint.chunk_choices(call, item.state, item.event):
-                yield frame(endpoint.chunk(call, [choice], so_far, include_usage))
+                yield frame(endpoint.chunk(call, [choice], so_far, include_usage),
+                            final_mode(call) if last else None)
         elif isinstance(item, Finished):
             if include_usage:
                 yield frame(endpoint.chunk(call, [], usage(item.prompt_tokens,
-                                                           item.completion_tokens), True))
+                                                           item.completion_tokens), True),
+                            final_mode(call))
         elif isinstance(item, StreamFailed):
             envelope = http_error(item.error)
             on_error(envelope.type, envelope.code)
@@ -54,6 +57,16 @@ async def sse_body(serving: Serving, endpoint: OpenAIEndpoint[Any], call: Call,
     yield DONE
 
 
-def frame(payload: BaseModel | dict[str, Any]) -> str:
+def final_mode(call: Call) -> dict[str, Any]:
+    """What a stream's last chunks carry besides the SDK's fields (which the ``openai``
+    SDK keeps as extra attributes): the mode that served the end of the response, and
+    how often it moved (``service/moves.py``). The ``x-spec-mode`` header, sent before
+    the first chunk, names the mode it started on."""
+    return {"spec_mode": call.stream.mode, "spec_moves": call.stream.moves}
+
+
+def frame(payload: BaseModel | dict[str, Any], extra: dict[str, Any] | None = None) -> str:
     data = dump(payload) if isinstance(payload, BaseModel) else payload
+    if extra:
+        data = {**data, **extra}
     return f"data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"

@@ -113,6 +113,7 @@ class DecisionKind(StrEnum):
     COST = "cost"           # the cheapest expected cost
     HOLD = "hold"           # hysteresis kept the incumbent although another is cheaper
     EXPLORE = "explore"     # a bounded exploration draw
+    MOVE = "move"           # an auto request continued on the mode its device group moved to
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,7 @@ class Decision:
     @property
     def reason(self) -> str:
         """The ``x-spec-decision`` header: ``override``, ``rule:batch>32``,
-        ``cost:ngram +27%``, ``hold:eagle3 -5%``, ``explore:dflash``."""
+        ``cost:ngram +27%``, ``hold:eagle3 -5%``, ``explore:dflash``, ``move:eagle3``."""
         kind = self.kind
         if kind is DecisionKind.OVERRIDE:
             return kind.value
@@ -139,6 +140,8 @@ class Decision:
             return f"rule:{self.rule}"
         if kind is DecisionKind.EXPLORE:
             return f"explore:{self.mode}"
+        if kind is DecisionKind.MOVE:
+            return f"move:{self.mode}"
         sign = "+" if kind is DecisionKind.COST else "-"
         return f"{kind.value}:{self.mode} {sign}{self.margin or 0.0:.0%}"
 

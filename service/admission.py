@@ -25,7 +25,7 @@ from policies.base import DEFAULT_WORKLOAD_CLASS
 from service.errors import AtCapacity, Unavailable
 
 # Why the gateway stopped a request before it finished.
-Reason = Literal["timeout", "shutdown"]
+Reason = Literal["timeout", "shutdown", "move"]
 
 
 def queue_full(limit: int) -> AtCapacity:
@@ -112,6 +112,17 @@ class Admission:
         on one event loop nothing else can take the slot meanwhile."""
         self.check_open()
         self.check_mode(mode)
+        ticket = Ticket(self, mode, workload_class)
+        self._live.add(ticket)
+        self._by_mode[mode] += 1
+        self._by_class[(mode, workload_class)] += 1
+        return ticket
+
+    def reserve_move(self, mode: str, workload_class: str) -> Ticket | None:
+        """A slot on ``mode`` for a request that moves there (it gives its old slot back
+        when it does, so the total is not checked); None while closed or full."""
+        if self.closed or not self.has_room(mode):
+            return None
         ticket = Ticket(self, mode, workload_class)
         self._live.add(ticket)
         self._by_mode[mode] += 1

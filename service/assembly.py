@@ -68,7 +68,9 @@ def build_runtime(settings: Settings, *, components: Components | None = None,
                    keepalive_s=settings.sse_keepalive_s,
                    drain_timeout_s=settings.drain_timeout_s,
                    engine_start_timeout_s=settings.engine_start_timeout_s,
-                   final_sync_s=final_sync_s(settings))
+                   final_sync_s=final_sync_s(settings),
+                   move_min_remaining_tokens=settings.move_min_remaining_tokens
+                   if settings.move_in_flight else None)
 
 
 def final_sync_s(settings: Settings) -> float:

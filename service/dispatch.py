@@ -14,7 +14,7 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.events import Finished, GenerationEvent, TextDelta
@@ -33,7 +33,8 @@ from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from service.admission import Admission, Ticket, queue_full
 from service.errors import EngineFailed, InvalidRequest, ServiceError, Unavailable
-from service.pump import EventPump, Idle
+from service.moves import Move, Mover, can_move, continuation
+from service.pump import EventPump, Idle, Interrupted
 from service.settings import AUTO
 
 log = logging.getLogger(__name__)
@@ -75,17 +76,25 @@ class Completed:
     finished: Finished
     first_token_s: float | None
     total_s: float
+    # Completion tokens served by other modes before the request moved to this one.
+    moved_tokens: int = 0
 
 
 CompletionObserver = Callable[[Completed], None]
 
 
-@dataclass(slots=True)
+# Opens a moved request's continuation on a mode, holding the slot reserved there.
+Reopen = Callable[[str, GenerationRequest, Ticket], EventPump]
+
+
+@dataclass(slots=True, eq=False)
 class OpenStream:
     """An admitted engine request whose first event was awaited before answering.
 
     ``first`` is that event, or None for a stream answered before it came
-    (see ``service/keepalive.py``).
+    (see ``service/keepalive.py``). A stream opened with ``request`` and
+    ``reopen`` can be moved to another mode (``service/moves.py``): its reader
+    swaps engines between two events and never sees the seam.
     """
 
     routing: Routing
@@ -94,7 +103,36 @@ class OpenStream:
     on_completed: CompletionObserver
     first: GenerationEvent | None = None
     first_token_at: float | None = None
+    request: GenerationRequest | None = None
+    reopen: Reopen | None = None
+    on_moved: Callable[[Move], None] | None = None
+    generated: list[int] = field(default_factory=list)
+    moves: int = 0
     _first_taken: bool = False
+    _target: tuple[str, Ticket] | None = None
+    _before_move: int = 0               # completion tokens sent before the last move
+
+    @property
+    def mode(self) -> str:
+        return self.routing.decision.mode
+
+    @property
+    def remaining_tokens(self) -> int:
+        return self.request.sampling.max_tokens - len(self.generated) if self.request else 0
+
+    @property
+    def moving(self) -> bool:
+        return self._target is not None
+
+    def move(self, target: str, ticket: Ticket) -> bool:
+        """Continue this request on ``target`` (``ticket``: its slot there) from the next
+        event on; False (and the slot given back) when it has already ended."""
+        if self.reopen is None or self._target is not None or not self.pump.running:
+            ticket.release()
+            return False
+        self._target = (target, ticket)
+        self.pump.interrupt("move")
+        return True
 
     async def next(self, idle_s: float = 0.0) -> GenerationEvent | Idle:
         """The next event or ``IDLE`` (see ``EventPump.next``)."""
@@ -102,10 +140,38 @@ class OpenStream:
             self._first_taken = True
             event: GenerationEvent | Idle = self.first
         else:
-            event = await self.pump.next(idle_s)
+            while True:
+                try:
+                    event = await self.pump.next(idle_s)
+                    break
+                except Interrupted as e:
+                    if e.reason != "move" or self._target is None:
+                        raise
+                    await self._continue_on_target()
+        if isinstance(event, Finished) and self.moves:
+            event = replace(event, prompt_tokens=len(self.request.prompt_token_ids)
+                            if self.request else event.prompt_tokens,
+                            completion_tokens=self._before_move + event.completion_tokens)
         if not isinstance(event, Idle):
             self._see(event)
         return event
+
+    async def _continue_on_target(self) -> None:
+        assert self._target is not None and self.reopen is not None and self.request
+        (target, ticket), self._target = self._target, None
+        source = self.mode
+        await self.pump.aclose()          # ended already: its abort raised Interrupted
+        self.ticket.release()
+        self.ticket = ticket
+        self.moves += 1
+        self._before_move = len(self.generated)
+        self.pump = self.reopen(target, continuation(self.request, self.generated, self.moves),
+                                ticket)
+        ticket.on_interrupt = self.pump.interrupt
+        self.routing = replace(self.routing, decision=Decision(target, DecisionKind.MOVE,
+                                                               leader=target))
+        if self.on_moved is not None:
+            self.on_moved(Move(self.request.request_id, source, target, len(self.generated)))
 
     async def events(self) -> AsyncIterator[GenerationEvent]:
         """Every event up to the terminal one; closes the stream when done or left."""
@@ -124,18 +190,25 @@ class OpenStream:
 
     def _see(self, event: GenerationEvent) -> None:
         now = time.monotonic()
-        if isinstance(event, TextDelta) and event.token_ids and self.first_token_at is None:
-            self.first_token_at = now
+        if isinstance(event, TextDelta):
+            if event.token_ids and self.first_token_at is None:
+                self.first_token_at = now
+            if self.request is not None:
+                self.generated.extend(event.token_ids)
         elif isinstance(event, Finished):
             start = self.routing.decided_at
             first = self.first_token_at - start if self.first_token_at is not None else None
-            self.on_completed(Completed(self.routing, event, first, now - start))
+            self.on_completed(Completed(self.routing, event, first, now - start,
+                                        moved_tokens=self._before_move))
 
     async def aclose(self) -> None:
         try:
             await self.pump.aclose()
         finally:
             self.ticket.release()
+            if self._target is not None:  # a move asked for as the request ended
+                self._target[1].release()
+                self._target = None
 
 
 class Dispatcher:
@@ -145,7 +218,8 @@ class Dispatcher:
                  rng: random.Random | None = None,
                  observers: list[CompletionObserver] | None = None,
                  decision_observers: list[Callable[[Routing], None]] | None = None,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, mover: Mover | None = None,
+                 move_observers: list[Callable[[Move], None]] | None = None) -> None:
         self.engines = engines
         self.admission = admission or Admission()
         self.observers: list[CompletionObserver] = [self._learn, *(observers or [])]
@@ -156,6 +230,11 @@ class Dispatcher:
         self.mode_info = mode_info or {}
         self.clock = clock
         self.rng = rng or random.Random()
+        self.mover = mover   # None: requests finish where they started
+        self.move_observers = list(move_observers or [])
+
+    def group_of(self, mode: str) -> str:
+        return self.mode_info.get(mode, ModeInfo()).gpu_group
 
     def hints(self, spec_mode: str | None, header_class: str | None,
               metadata_class: str | None) -> RouteHints:
@@ -256,6 +335,13 @@ class Dispatcher:
             raise
         ticket.on_interrupt = pump.interrupt
         stream = OpenStream(routing, pump, ticket, self._completed)
+        if self.mover is not None and not routing.forced:
+            if routing.decision.kind is DecisionKind.COST:
+                self._move_group_to(mode)
+            if can_move(request):
+                stream.request, stream.on_moved = request, self._moved
+                stream.reopen = self._reopener(deadline)
+                self.mover.register(stream)
         try:
             first = await pump.next(first_wait_s)
         except (StopAsyncIteration, InvalidGenerationRequest, EngineUnavailable) as e:
@@ -267,6 +353,32 @@ class Dispatcher:
         if not isinstance(first, Idle):
             stream.first = first
         return stream
+
+    def _move_group_to(self, target: str) -> None:
+        """Auto chose ``target`` on cost: the requests its device group runs on other
+        modes continue there (``service/moves.py``), as far as ``target`` has room."""
+        assert self.mover is not None
+        if not self.engines[target].is_up:
+            return
+        for stream in self.mover.candidates(target):
+            ticket = self.admission.reserve_move(target, stream.routing.workload_class)
+            if ticket is None:
+                return
+            stream.move(target, ticket)
+
+    def _reopener(self, deadline: float | None) -> Reopen:
+        def reopen(mode: str, request: GenerationRequest, ticket: Ticket) -> EventPump:
+            return EventPump(self.engines[mode].generate(request), deadline, ticket.release)
+        return reopen
+
+    def _moved(self, move: Move) -> None:
+        log.info("request %s moved from %s to %s after %d tokens", move.request_id,
+                 move.source, move.target, move.tokens_so_far)
+        for observer in self.move_observers:
+            try:
+                observer(move)
+            except Exception:
+                log.exception("move observer failed")
 
     def _completed(self, done: Completed) -> None:
         for observer in self.observers:
@@ -283,7 +395,8 @@ class Dispatcher:
             drafts=spec.num_drafts if spec else 0,
             draft_tokens=spec.num_draft_tokens if spec else 0,
             accepted=spec.num_accepted_tokens if spec else 0,
-            completion_tokens=finished.completion_tokens, now=self.clock(),
+            # A moved request: what this mode's engine served (its acceptance counts).
+            completion_tokens=finished.completion_tokens - done.moved_tokens, now=self.clock(),
             speculative=self.mode_info.get(routing.decision.mode, ModeInfo()).method
             is not None or spec is not None)
 

@@ -108,6 +108,11 @@ class EventPump:
             on_done, self._on_done = self._on_done, None
             on_done()
 
+    @property
+    def running(self) -> bool:
+        """The engine request has not ended yet."""
+        return not self._task.done()
+
     def interrupt(self, reason: Reason) -> None:
         """Abort the engine request; the reader gets ``Interrupted(reason)`` after the
         events already queued. Nothing happens if the engine has already finished."""

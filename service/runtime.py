@@ -25,6 +25,7 @@ from service.admission import Admission, shutting_down
 from service.dispatch import CompletionObserver, Dispatcher, ModeInfo, Routing
 from service.drain import Drain
 from service.errors import Unavailable
+from service.moves import Move, Mover
 from service.serving import Limits, Serving
 
 log = logging.getLogger(__name__)
@@ -59,12 +60,15 @@ class Runtime:
                  store: PolicyStore, max_n: int, load: ComponentsLoader, *,
                  admission: Admission | None = None, request_timeout_s: float = 0.0,
                  keepalive_s: float = 0.0, drain_timeout_s: float = 0.0,
-                 final_sync_s: float = 2.0, engine_start_timeout_s: float = 0.0) -> None:
+                 final_sync_s: float = 2.0, engine_start_timeout_s: float = 0.0,
+                 move_min_remaining_tokens: int | None = None) -> None:
         self.model_name = model_name
         self.state = state
         self.store = store
         self.final_sync_s = final_sync_s
         self.engine_start_timeout_s = engine_start_timeout_s
+        # None: requests in flight stay where they started (service/moves.py).
+        self.move_min_remaining_tokens = move_min_remaining_tokens
         self._tasks: list[asyncio.Task[None]] = []
         self.created = int(time.time())
         self.policy = policy
@@ -81,9 +85,17 @@ class Runtime:
         self.error: str | None = None
         self.completion_observers: list[CompletionObserver] = []
         self.decision_observers: list[Callable[[Routing], None]] = []
+        self.move_observers: list[Callable[[Move], None]] = []
         # Called with (mode, restarted) after each attempt to bring back a dead engine.
         self.restart_observers: list[Callable[[str, bool], None]] = []
         self._supervisor: asyncio.Task[None] | None = None
+
+    def _mover(self, components: Components) -> Mover | None:
+        if self.move_min_remaining_tokens is None:
+            return None
+        info = components.mode_info
+        return Mover(lambda mode: info[mode].gpu_group if mode in info else "0",
+                     min_remaining_tokens=self.move_min_remaining_tokens)
 
     def serving(self) -> Serving:
         """What serves requests, once every engine has started."""
@@ -144,7 +156,8 @@ class Runtime:
             dispatcher = Dispatcher(components.engines, self.policy, self.state,
                                     components.mode_info, observers=self.completion_observers,
                                     decision_observers=self.decision_observers,
-                                    admission=self.admission)
+                                    admission=self.admission, mover=self._mover(components),
+                                    move_observers=self.move_observers)
             self.state.load_provider = lambda: self.replica_load(dispatcher)
             self._serving = Serving(dispatcher, self.model_name, limits, components.tokenizer)
             # One at a time: each vLLM engine sizes itself against the memory

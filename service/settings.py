@@ -192,6 +192,11 @@ class Settings(BaseSettings):
         "reported failed (/ready says which); a restart is retried with backoff; 0 = no bound")
     drain_timeout_s: float = Field(30.0, ge=0.0, description="on shutdown, how long admitted "
                                    "requests may take to finish before they are ended")
+    move_in_flight: bool = Field(True, description="when auto switches a device group to "
+                                 "another mode, continue its requests in flight on the new "
+                                 "engine from their text (docs/policy.md, 'Moves')")
+    move_min_remaining_tokens: int = Field(32, ge=1, description="a request with fewer "
+                                           "tokens left to generate finishes where it is")
     replica_id: str | None = Field(None, description="this replica's name in the shared "
                                                      "store; absent = host-pid")
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -12,6 +12,7 @@ import pytest
 import uvicorn
 
 from gateway.app import create_app
+from policies.base import Policy
 from policies.store.base import PolicyStore
 from service.dispatch import ModeInfo
 from service.runtime import Components
@@ -57,12 +58,12 @@ def fake_engines(token_delay_s: float = 0.0) -> dict[str, FakeEngine]:
 
 
 async def serve(engines: dict[str, FakeEngine], max_model_len: int = 512,
-                settings: Settings | None = None,
-                store: PolicyStore | None = None) -> AsyncIterator[FakeGateway]:
+                settings: Settings | None = None, store: PolicyStore | None = None,
+                policy: Policy | None = None) -> AsyncIterator[FakeGateway]:
     components = Components(model_name=MODEL, tokenizer=FakeTokenizer(), engines=engines,
                             max_model_len=max_model_len, mode_info=FAKE_MODE_INFO)
     app = create_app(settings or Settings(policy={"name": "rule"}),  # type: ignore[arg-type]
-                     components=components, store=store)
+                     components=components, store=store, policy=policy)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="on"))

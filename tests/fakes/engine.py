@@ -131,7 +131,12 @@ class FakeEngine(Engine):
     async def _choice(self, request: GenerationRequest, index: int) -> AsyncIterator[TextDelta]:
         o = request.sampling
         text = ""
-        for i in range(o.max_tokens):
+        # A prompt that ends in this engine's own output (a moved request's continuation)
+        # goes on where that output stopped, as a greedy model would.
+        ids, offset = request.prompt_token_ids, 0
+        while offset < len(ids) and ids[-1 - offset] >= 1000:
+            offset += 1
+        for i in range(offset, offset + o.max_tokens):
             if self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)
             word = WORDS[(i + index) % len(WORDS)]
@@ -140,7 +145,7 @@ class FakeEngine(Engine):
             if stop is not None:
                 yield TextDelta(index, "", (), None, "stop")
                 return
-            last = i == o.max_tokens - 1
+            last = i == offset + o.max_tokens - 1
             logprobs = None
             if o.logprobs is not None:
                 top = tuple(TopLogprob(w, -0.1 * (r + 1), tuple(w.encode()))

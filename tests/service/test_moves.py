@@ -1,0 +1,188 @@
+"""Moving requests in flight: when auto switches a device group, its requests on the
+old mode continue on the new one and their readers see one uninterrupted response."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engines.events import Finished, TextDelta
+from engines.request import GenerationRequest, SamplingOptions
+from policies.base import Decision, DecisionInput, DecisionKind, Policy
+from policies.shared_state import SharedPolicyState
+from policies.store.memory import MemoryStore
+from service.admission import Admission
+from service.dispatch import Dispatcher, OpenStream
+from service.moves import Move, Mover
+from tests.conftest import FAKE_MODE_INFO, fake_engines
+from tests.fakes.engine import WORDS, FakeEngine
+
+PROMPT = (1, 2, 3)
+
+
+class ScriptedPolicy(Policy):
+    """Chooses, on cost, the mode it is told to."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.mode = "standard"
+
+    def decide(self, inputs: DecisionInput) -> Decision:
+        return Decision(self.mode, DecisionKind.COST, margin=0.2, leader=self.mode)
+
+
+async def setup(per_mode: int = 0, min_remaining: int = 4
+                ) -> tuple[Dispatcher, ScriptedPolicy, dict[str, FakeEngine], list[Move]]:
+    engines = fake_engines(token_delay_s=0.01)
+    for engine in engines.values():
+        await engine.start()
+    policy = ScriptedPolicy()
+    moves: list[Move] = []
+    dispatcher = Dispatcher(engines, policy, SharedPolicyState(MemoryStore(), "r"),
+                            FAKE_MODE_INFO, admission=Admission(per_mode=per_mode),
+                            mover=Mover(lambda m: FAKE_MODE_INFO[m].gpu_group,
+                                        min_remaining_tokens=min_remaining),
+                            move_observers=[moves.append])
+    return dispatcher, policy, engines, moves
+
+
+async def open_auto(dispatcher: Dispatcher, request_id: str, max_tokens: int = 20,
+                    **sampling: object) -> OpenStream:
+    request = GenerationRequest(request_id, PROMPT,
+                                SamplingOptions(max_tokens=max_tokens, **sampling))  # type: ignore[arg-type]
+    return await dispatcher.open(dispatcher.decide(None, len(PROMPT), max_tokens, "chat"),
+                                 request)
+
+
+async def read(stream: OpenStream, deltas: int | None = None) -> tuple[str, Finished | None]:
+    text = ""
+    async for event in stream.events():
+        if isinstance(event, TextDelta):
+            text += event.text
+            if deltas is not None:
+                deltas -= 1
+                if deltas == 0:
+                    return text, None
+        elif isinstance(event, Finished):
+            return text, event
+    return text, None
+
+
+def unmoved_text(tokens: int) -> str:
+    return "".join(WORDS[i % len(WORDS)] for i in range(tokens))
+
+
+async def test_a_moved_request_reads_as_one_response() -> None:
+    dispatcher, policy, engines, moves = await setup()
+    stream = await open_auto(dispatcher, "a")
+    assert stream.mode == "standard"
+    head, _ = await read_some(stream, 5)
+    policy.mode = "eagle3"  # auto switches the group: the next decision moves "a" along
+    other = await open_auto(dispatcher, "b", max_tokens=2)
+    tail, finished = await read(stream)
+    await read(other)
+    assert head + tail == unmoved_text(20)
+    assert finished is not None
+    assert (finished.prompt_tokens, finished.completion_tokens) == (len(PROMPT), 20)
+    assert stream.mode == "eagle3" and stream.moves == 1
+    assert stream.routing.decision.kind is DecisionKind.MOVE
+    assert "a" in engines["standard"].aborted
+    continued = next(r for r in engines["eagle3"].served if r.request_id == "a-m1")
+    done = len(continued.prompt_token_ids) - len(PROMPT)
+    assert done >= 5 and continued.sampling.max_tokens == 20 - done
+    assert moves == [Move("a", "standard", "eagle3", done)]
+    assert dispatcher.in_flight() == {}
+
+
+async def read_some(stream: OpenStream, deltas: int) -> tuple[str, None]:
+    text = ""
+    while deltas:
+        event = await stream.next()
+        assert isinstance(event, TextDelta)
+        text += event.text
+        deltas -= 1
+    return text, None
+
+
+async def test_the_learned_acceptance_counts_only_what_the_new_mode_served() -> None:
+    dispatcher, policy, _, _ = await setup()
+    learned: list[tuple[str, int, int]] = []
+    dispatcher.observers.append(lambda done: learned.append(
+        (done.routing.decision.mode, done.finished.completion_tokens, done.moved_tokens)))
+    stream = await open_auto(dispatcher, "a")
+    await read_some(stream, 5)
+    policy.mode = "eagle3"
+    await open_auto(dispatcher, "b", max_tokens=2)
+    await read(stream)
+    mode, _total, moved = next(x for x in learned if x[1] == 20)
+    assert mode == "eagle3" and 5 <= moved < 20
+
+
+async def test_forced_seeded_and_stopping_requests_finish_where_they_started() -> None:
+    dispatcher, policy, _, moves = await setup()
+    forced_request = GenerationRequest("f", PROMPT, SamplingOptions(max_tokens=20))
+    forced = await dispatcher.open(dispatcher.decide("standard", 3, 20, "chat"), forced_request)
+    seeded = await open_auto(dispatcher, "s", seed=7)
+    stopping = await open_auto(dispatcher, "t", stop=("zebra",))
+    for stream in (forced, seeded, stopping):
+        await read_some(stream, 3)
+    policy.mode = "eagle3"
+    await open_auto(dispatcher, "b", max_tokens=2)
+    for stream in (forced, seeded, stopping):
+        _text, finished = await read(stream)
+        assert finished is not None and finished.completion_tokens == 20
+        assert stream.mode == "standard" and stream.moves == 0
+    assert moves == []
+
+
+async def test_no_move_without_room_or_when_little_is_left() -> None:
+    dispatcher, policy, _, moves = await setup(per_mode=1, min_remaining=4)
+    stream = await open_auto(dispatcher, "a")
+    await read_some(stream, 3)
+    policy.mode = "eagle3"
+    newcomer = await open_auto(dispatcher, "b", max_tokens=20)  # takes eagle3's one slot
+    _text, finished = await read(stream)
+    assert finished is not None and stream.mode == "standard" and moves == []
+    await read(newcomer)
+
+    dispatcher, policy, _, moves = await setup(min_remaining=10)
+    short = await open_auto(dispatcher, "c", max_tokens=12)
+    await read_some(short, 4)                       # 8 left: under the bound
+    policy.mode = "eagle3"
+    await open_auto(dispatcher, "d", max_tokens=2)
+    await read(short)
+    assert short.moves == 0 and moves == []
+
+
+async def test_a_move_asked_for_as_the_request_ends_gives_its_slot_back() -> None:
+    dispatcher, _, _, _ = await setup()
+    stream = await open_auto(dispatcher, "a", max_tokens=3)
+    await read(stream)
+    ticket = dispatcher.admission.reserve_move("eagle3", "chat")
+    assert ticket is not None
+    assert not stream.move("eagle3", ticket)
+    assert dispatcher.in_flight() == {}
+
+
+async def test_a_stream_closed_while_moving_leaves_no_slot_behind() -> None:
+    dispatcher, _policy, _, _ = await setup()
+    stream = await open_auto(dispatcher, "a")
+    await read_some(stream, 2)
+    ticket = dispatcher.admission.reserve_move("eagle3", "chat")
+    assert ticket is not None and stream.move("eagle3", ticket)
+    await stream.aclose()                           # the client left before the seam
+    assert dispatcher.in_flight() == {}
+
+
+def test_a_continuation_asks_for_what_is_left() -> None:
+    from service.moves import can_move, continuation
+
+    request = GenerationRequest("r", PROMPT, SamplingOptions(max_tokens=10, min_tokens=6))
+    after = continuation(request, [1001, 1002, 1003, 1004], 1)
+    assert after.prompt_token_ids == (*PROMPT, 1001, 1002, 1003, 1004)
+    assert (after.sampling.max_tokens, after.sampling.min_tokens) == (6, 2)
+    assert after.request_id == "r-m1"
+    assert can_move(request)
+    for change in ({"n": 2}, {"seed": 1}, {"stop": ("x",)}, {"presence_penalty": 0.5},
+                   {"frequency_penalty": 0.5}):
+        assert not can_move(replace(request, sampling=replace(request.sampling, **change)))  # type: ignore[arg-type]
