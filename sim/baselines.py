@@ -48,14 +48,18 @@ def dynamic_k(mode: ModeSpec, params: SimParams, table: Mapping[int, int]) -> Se
 
 
 def auto(params: SimParams, settings: AdaptiveSettings,
-         modes: Sequence[ModeSpec] = AUTO_MODES) -> Setup:
-    """SpecGate: every mode an engine on one GPU, memory split evenly, the real policy."""
+         modes: Sequence[ModeSpec] = AUTO_MODES,
+         tables: Mapping[str, Mapping[int, int]] | None = None) -> Setup:
+    """SpecGate: every mode an engine on one GPU, memory split evenly, the real policy;
+    ``tables``: the K table of each K-table mode, by name."""
     from sim.router import PolicyRouter  # the router imports the loop; keep this module light
 
     share = params.hardware.gpu_memory_utilization / len(modes)
+    tables = tables or {}
 
     def build(seed: int) -> tuple[list[SimEngine], Router]:
-        engines = [SimEngine(m, params, share, random.Random(seed * 31 + i))
+        engines = [SimEngine(m, params, share, random.Random(seed * 31 + i),
+                             k_table=tables.get(m.name))
                    for i, m in enumerate(modes)]
         return engines, PolicyRouter(settings, seed=seed + 7)
     return Setup("auto", "auto", build)

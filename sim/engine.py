@@ -69,6 +69,13 @@ class SimEngine:
         self._samplers: dict[tuple[str, int], AcceptanceSampler] = {}
 
     @property
+    def k_schedule(self) -> tuple[tuple[int, int, int], ...]:
+        """The table as vLLM's ``num_speculative_tokens_per_batch_size`` ranges."""
+        firsts = list(self.k_table)
+        return tuple((first, (firsts[i + 1] - 1) if i + 1 < len(firsts) else 1 << 20,
+                      self.k_table[first]) for i, first in enumerate(firsts))
+
+    @property
     def busy(self) -> bool:
         return bool(self.running or self.waiting)
 

@@ -6,7 +6,10 @@ the requests in flight per engine and workload class (the dispatcher counts its
 open streams), the learned acceptance and output length of the request's class
 and of the classes in flight from ``SharedPolicyState`` over a ``MemoryStore``,
 on the simulated clock; every finished request is observed; the state syncs
-with the store every ``sync_interval_s`` of simulated time.
+with the store every ``sync_interval_s`` of simulated time. A cost decision
+moves the device group's requests on other modes to the chosen one, as the
+gateway does (``service/moves.py``): the new engine prefills prompt + the
+tokens generated so far (``SimEngine._admit`` charges exactly that) and decodes on.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, TypeVar
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.assemble import decide_auto
-from policies.base import ModeLoad
+from policies.base import DecisionKind, ModeLoad
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
@@ -62,7 +65,7 @@ def mode_load(engine: SimEngine, now: float) -> ModeLoad:
         kv_cache_usage=engine.kv_used / engine.kv_capacity if engine.kv_capacity else 1.0,
         acceptance_rate=rate, mean_accepted_length=length, method=mode.method,
         num_speculative_tokens=mode.num_speculative_tokens, gpu_group=engine.gpu_group,
-        step_profile=engine.stats.steps.snapshot())
+        step_profile=engine.stats.steps.snapshot(), k_schedule=engine.k_schedule)
 
 
 def in_flight_by_class(engine: SimEngine) -> dict[str, int]:
@@ -75,7 +78,8 @@ def in_flight_by_class(engine: SimEngine) -> dict[str, int]:
 
 class PolicyRouter(Router):
     def __init__(self, settings: AdaptiveSettings, seed: int,
-                 sync_interval_s: float = 0.25) -> None:
+                 sync_interval_s: float = 0.25, move_min_remaining_tokens: int | None = 32,
+                 max_moves: int = 2) -> None:
         self.clock = SimClock()
         self.store = MemoryStore(clock=self.clock)
         self.state = SharedPolicyState(self.store, "sim", settings.model_copy(),
@@ -91,6 +95,9 @@ class PolicyRouter(Router):
         self._last_sync = -sync_interval_s
         self.reasons: dict[str, int] = {}
         self.chosen: dict[str, int] = {}
+        self.move_min_remaining_tokens = move_min_remaining_tokens   # None: never move
+        self.max_moves = max_moves
+        self.moved = 0
 
     def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float) -> str:
         self.clock.now = now
@@ -106,13 +113,43 @@ class PolicyRouter(Router):
         kind = decision.kind.value
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
         self.chosen[decision.mode] = self.chosen.get(decision.mode, 0) + 1
+        if decision.kind is DecisionKind.COST and self.move_min_remaining_tokens is not None:
+            self._move_group_to(engines[decision.mode], engines)
         return decision.mode
+
+    def _move_group_to(self, dest: SimEngine, engines: Mapping[str, SimEngine]) -> None:
+        """``Dispatcher._move_group_to``: the group's requests elsewhere continue on
+        ``dest`` (the gateway knows ``max_tokens``, not the hidden output length)."""
+        assert self.move_min_remaining_tokens is not None
+        for engine in engines.values():
+            if engine is dest or engine.gpu_group != dest.gpu_group or not engine.busy:
+                continue
+            movers = [r for r in (*engine.running, *engine.waiting)
+                      if r.moves < self.max_moves and
+                      (r.max_tokens is None or
+                       r.max_tokens - r.generated >= self.move_min_remaining_tokens)]
+            if not movers:
+                continue
+            gone = {id(r) for r in movers}
+            engine.running = [r for r in engine.running if id(r) not in gone]
+            engine.waiting = type(engine.waiting)(r for r in engine.waiting
+                                                  if id(r) not in gone)
+            for r in movers:
+                r.moves += 1
+                r.moved_tokens = r.generated
+                r.moved_drafts = (r.drafts, r.draft_tokens, r.accepted)
+                dest.submit(r)
+                self.moved += 1
 
     def finished(self, request: SimRequest, now: float) -> None:
         self.clock.now = now
-        self.state.observe(request.mode, request.cls.name, drafts=request.drafts,
-                           draft_tokens=request.draft_tokens, accepted=request.accepted,
-                           completion_tokens=request.generated, now=now)
+        # Like the gateway: a moved request teaches what its last engine served.
+        drafts, draft_tokens, accepted = request.moved_drafts
+        self.state.observe(request.mode, request.cls.name, drafts=request.drafts - drafts,
+                           draft_tokens=request.draft_tokens - draft_tokens,
+                           accepted=request.accepted - accepted,
+                           completion_tokens=request.generated - request.moved_tokens,
+                           now=now)
 
     def tick(self, now: float) -> None:
         self.clock.now = now

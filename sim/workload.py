@@ -30,6 +30,10 @@ class SimRequest:
     first_token_at: float | None = None
     finished_at: float | None = None
     preemptions: int = 0
+    moves: int = 0
+    # What other engines had served when the request last moved (see sim/router.py).
+    moved_tokens: int = 0
+    moved_drafts: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def latency(self) -> float:

@@ -109,3 +109,33 @@ def test_on_the_mixed_workload_one_mode_per_device_beats_a_mode_per_class() -> N
         vs_per_class.append(got / per_class)
     assert statistics.fmean(vs_best) > 1.02
     assert statistics.fmean(vs_per_class) > 1.1
+
+
+def test_a_cost_decision_moves_the_groups_requests_and_the_new_engine_prefills_them() -> None:
+    """Like the gateway (service/moves.py): the chosen engine continues the others'
+    requests, paying a prefill of prompt + tokens so far, and their generated count
+    goes on; a request with too little left stays where it is."""
+    from policies.base import Decision, DecisionKind
+    from sim.workload import RequestFactory
+    engines, router = auto(PARAMS, policy_settings(PARAMS)).build(3)
+    assert isinstance(router, PolicyRouter)
+    by_name = {e.name: e for e in engines}
+    plain, dflash = by_name["standard"], by_name[DFLASH_10.name]
+    factory = RequestFactory(3)
+    long_one, short_one = (factory.make({"chat": 1.0}, 0.0) for _ in range(2))
+    long_one.max_tokens, short_one.max_tokens = 400, 40
+    for r in (long_one, short_one):
+        plain.submit(r)
+    plain.step(0.0)
+    for _ in range(9):
+        plain.step(0.0)
+    assert long_one.generated == short_one.generated == 10
+    router.policy.decide = lambda inputs: Decision(  # type: ignore[method-assign]
+        DFLASH_10.name, DecisionKind.COST, margin=0.2)
+    newcomer = factory.make({"chat": 1.0}, 0.0)
+    assert router.route(newcomer, by_name, 1.0) == DFLASH_10.name
+    assert long_one.mode == DFLASH_10.name and long_one.moves == 1   # 390 left: moved
+    assert short_one.mode == "standard" and short_one.moves == 0     # 30 left: stays
+    assert plain.running == [short_one] and list(dflash.waiting) == [long_one]
+    dflash.step(1.0)
+    assert long_one.generated == 11 and long_one.moved_tokens == 10  # prefill, then on
