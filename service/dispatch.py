@@ -29,6 +29,7 @@ from policies.base import (
     Policy,
     forced,
 )
+from policies.moves import cost_is_measured
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from service.admission import Admission, Ticket, queue_full
@@ -338,7 +339,8 @@ class Dispatcher:
         if self.mover is not None and not routing.forced:
             if routing.decision.kind is DecisionKind.COST:
                 self._move_group_to(mode)
-            if can_move(request):
+            # An exploration is there to be measured where it runs: it stays.
+            if can_move(request) and routing.decision.kind is not DecisionKind.EXPLORE:
                 stream.request, stream.on_moved = request, self._moved
                 stream.reopen = self._reopener(deadline)
                 self.mover.register(stream)
@@ -360,7 +362,13 @@ class Dispatcher:
         assert self.mover is not None
         if not self.engines[target].is_up:
             return
+        measured: dict[str, bool] = {}
         for stream in self.mover.candidates(target):
+            source = stream.mode
+            if source not in measured:
+                measured[source] = cost_is_measured(self._load(source, self.engines[source]))
+            if not measured[source]:
+                continue
             ticket = self.admission.reserve_move(target, stream.routing.workload_class)
             if ticket is None:
                 return

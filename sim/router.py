@@ -22,6 +22,7 @@ from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.assemble import decide_auto
 from policies.base import DecisionKind, ModeLoad
+from policies.moves import cost_is_measured
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
@@ -113,6 +114,7 @@ class PolicyRouter(Router):
         kind = decision.kind.value
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
         self.chosen[decision.mode] = self.chosen.get(decision.mode, 0) + 1
+        request.explored = decision.kind is DecisionKind.EXPLORE
         if decision.kind is DecisionKind.COST and self.move_min_remaining_tokens is not None:
             self._move_group_to(engines[decision.mode], engines)
         return decision.mode
@@ -122,10 +124,11 @@ class PolicyRouter(Router):
         ``dest`` (the gateway knows ``max_tokens``, not the hidden output length)."""
         assert self.move_min_remaining_tokens is not None
         for engine in engines.values():
-            if engine is dest or engine.gpu_group != dest.gpu_group or not engine.busy:
+            if engine is dest or engine.gpu_group != dest.gpu_group or not engine.busy \
+                    or not cost_is_measured(mode_load(engine, self.clock.now)):
                 continue
             movers = [r for r in (*engine.running, *engine.waiting)
-                      if r.moves < self.max_moves and
+                      if r.moves < self.max_moves and not r.explored and
                       (r.max_tokens is None or
                        r.max_tokens - r.generated >= self.move_min_remaining_tokens)]
             if not movers:

@@ -31,6 +31,7 @@ class SimRequest:
     finished_at: float | None = None
     preemptions: int = 0
     moves: int = 0
+    explored: bool = False                 # routed by an exploration draw: never moved
     # What other engines had served when the request last moved (see sim/router.py).
     moved_tokens: int = 0
     moved_drafts: tuple[int, int, int] = (0, 0, 0)

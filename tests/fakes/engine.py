@@ -70,6 +70,7 @@ class FakeEngine(Engine):
         self.aborted: list[str] = []
         self.served: list[GenerationRequest] = []
         self._spec = SpecDecodeCounters()
+        self._batches: set[int] = set()     # batch sizes it has decoded at (its profile)
 
     @property
     def is_up(self) -> bool:
@@ -101,7 +102,8 @@ class FakeEngine(Engine):
         return EngineStats(mode=self.mode, up=self.started, in_flight=len(self.running),
                            running=len(self.running),
                            spec=self._spec if self.speculative else None,
-                           recent_acceptance_rate=rate if self.speculative else None)
+                           recent_acceptance_rate=rate if self.speculative else None,
+                           step_profile=tuple((b, 0.01, 1) for b in sorted(self._batches)))
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         if not self.started:
@@ -120,6 +122,7 @@ class FakeEngine(Engine):
                         yield Failed(f"the {self.mode!r} engine failed", retryable=True)
                         return
                     completion += len(delta.token_ids)
+                    self._batches.add(len(self.running))
                     yield delta
             done = True
             yield Finished(len(request.prompt_token_ids), completion, self._observe(completion))

@@ -26,9 +26,10 @@ class ScriptedPolicy(Policy):
 
     def __init__(self) -> None:
         self.mode = "standard"
+        self.kind = DecisionKind.COST
 
     def decide(self, inputs: DecisionInput) -> Decision:
-        return Decision(self.mode, DecisionKind.COST, margin=0.2, leader=self.mode)
+        return Decision(self.mode, self.kind, margin=0.2, leader=self.mode)
 
 
 async def setup(per_mode: int = 0, min_remaining: int = 4
@@ -186,3 +187,26 @@ def test_a_continuation_asks_for_what_is_left() -> None:
     for change in ({"n": 2}, {"seed": 1}, {"stop": ("x",)}, {"presence_penalty": 0.5},
                    {"frequency_penalty": 0.5}):
         assert not can_move(replace(request, sampling=replace(request.sampling, **change)))  # type: ignore[arg-type]
+
+
+async def test_an_exploration_is_measured_where_it_runs() -> None:
+    dispatcher, policy, _, moves = await setup()
+    policy.kind = DecisionKind.EXPLORE
+    explored = await open_auto(dispatcher, "x")
+    await read_some(explored, 3)
+    policy.mode, policy.kind = "eagle3", DecisionKind.COST
+    await open_auto(dispatcher, "b", max_tokens=2)
+    await read(explored)
+    assert explored.mode == "standard" and moves == []
+
+
+async def test_no_move_off_a_mode_not_yet_measured_at_its_batch() -> None:
+    """A cost decision before the old engine ran its batch rests on a prior; moving
+    would keep that engine from ever measuring it (policies/moves.py)."""
+    from policies.base import ModeLoad
+    from policies.moves import cost_is_measured
+
+    profile = ((1, 0.01, 5), (4, 0.012, 3))
+    assert cost_is_measured(ModeLoad("m", True, 8, False, step_profile=profile))
+    assert not cost_is_measured(ModeLoad("m", True, 9, False, step_profile=profile))
+    assert not cost_is_measured(ModeLoad("m", True, 1, False))
