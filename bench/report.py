@@ -57,6 +57,7 @@ def main() -> None:
             cells = cpu_sweep.run(out / "cpu", per_client=args.requests_per_client)
             took = f"{time.monotonic() - began:.0f}"
             (out / "cpu" / "took_s.txt").write_text(took + "\n")
+        (out / "cpu").mkdir(parents=True, exist_ok=True)   # --cpu-from into a new --out
         pngs = cpu_sweep.plot(cells, out / "cpu")
         ratios = cpu_sweep.auto_vs_best(cells)
         worst = min(ratios.values())
