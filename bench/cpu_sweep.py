@@ -7,7 +7,7 @@ flight for c = 1, 2, 4, 8, 16, on two workloads sent as two workload classes:
 * ``copy``: the answer repeats text from the prompt, where n-gram prompt lookup
   drafts well;
 * ``free``: open-ended writing, where the shipped trained EAGLE-3 drafter
-  (held-out mean acceptance length 1.66, docs/drafters.md) pays at low
+  (its held-out acceptance is in docs/drafters.md) pays at low
   concurrency and plain decoding at high; n-gram stays close to plain decoding
   (the small model repeats itself, so prompt lookup matches some of its output).
 
