@@ -336,14 +336,9 @@ class Dispatcher:
             raise
         ticket.on_interrupt = pump.interrupt
         stream = OpenStream(routing, pump, ticket, self._completed)
-        if self.mover is not None and not routing.forced:
-            if routing.decision.kind is DecisionKind.COST:
-                self._move_group_to(mode)
-            # An exploration is there to be measured where it runs: it stays.
-            if can_move(request) and routing.decision.kind is not DecisionKind.EXPLORE:
-                stream.request, stream.on_moved = request, self._moved
-                stream.reopen = self._reopener(deadline)
-                self.mover.register(stream)
+        movable = self.mover is not None and not routing.forced
+        if movable and routing.decision.kind is DecisionKind.COST:
+            self._move_group_to(mode)
         try:
             first = await pump.next(first_wait_s)
         except (StopAsyncIteration, InvalidGenerationRequest, EngineUnavailable) as e:
@@ -354,6 +349,14 @@ class Dispatcher:
             raise
         if not isinstance(first, Idle):
             stream.first = first
+        # Movable only from here: until now its events were read from the pump directly,
+        # where a move's interruption would have ended the request. An exploration is
+        # there to be measured where it runs: it stays.
+        if movable and can_move(request) and routing.decision.kind is not DecisionKind.EXPLORE:
+            assert self.mover is not None
+            stream.request, stream.on_moved = request, self._moved
+            stream.reopen = self._reopener(deadline)
+            self.mover.register(stream)
         return stream
 
     def _move_group_to(self, target: str) -> None:

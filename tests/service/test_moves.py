@@ -210,3 +210,21 @@ async def test_no_move_off_a_mode_not_yet_measured_at_its_batch() -> None:
     assert cost_is_measured(ModeLoad("m", True, 8, False, step_profile=profile))
     assert not cost_is_measured(ModeLoad("m", True, 9, False, step_profile=profile))
     assert not cost_is_measured(ModeLoad("m", True, 1, False))
+
+
+async def test_a_request_waiting_for_its_first_event_is_not_moved() -> None:
+    """Its first event is read before the stream is handed out; a move then would
+    end the request instead of continuing it."""
+    import asyncio
+
+    dispatcher, policy, engines, moves = await setup()
+    engines["standard"].token_delay_s = 0.2         # a slow first token
+    first = asyncio.create_task(open_auto(dispatcher, "a"))
+    await asyncio.sleep(0.05)
+    policy.mode = "eagle3"
+    await open_auto(dispatcher, "b", max_tokens=2)
+    stream = await first                             # not interrupted
+    engines["standard"].token_delay_s = 0.01
+    text, finished = await read(stream)
+    assert finished is not None and finished.completion_tokens == 20
+    assert text == unmoved_text(20) and moves == []
