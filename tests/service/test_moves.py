@@ -218,6 +218,7 @@ async def test_a_request_waiting_for_its_first_event_is_not_moved() -> None:
     import asyncio
 
     dispatcher, policy, engines, moves = await setup()
+    await read(await open_auto(dispatcher, "warm", max_tokens=2))   # standard measured
     engines["standard"].token_delay_s = 0.2         # a slow first token
     first = asyncio.create_task(open_auto(dispatcher, "a"))
     await asyncio.sleep(0.05)
