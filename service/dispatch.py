@@ -107,6 +107,7 @@ class OpenStream:
     request: GenerationRequest | None = None
     reopen: Reopen | None = None
     on_moved: Callable[[Move], None] | None = None
+    on_closed: Callable[[OpenStream], None] | None = None
     generated: list[int] = field(default_factory=list)
     moves: int = 0
     _first_taken: bool = False
@@ -210,6 +211,8 @@ class OpenStream:
             if self._target is not None:  # a move asked for as the request ended
                 self._target[1].release()
                 self._target = None
+            if self.on_closed is not None:
+                self.on_closed(self)
 
 
 class Dispatcher:
@@ -356,6 +359,7 @@ class Dispatcher:
             assert self.mover is not None
             stream.request, stream.on_moved = request, self._moved
             stream.reopen = self._reopener(deadline)
+            stream.on_closed = self.mover.forget
             self.mover.register(stream)
         return stream
 

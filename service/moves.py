@@ -78,9 +78,11 @@ class Mover:
         self._streams: set[OpenStream] = set()
 
     def register(self, stream: OpenStream) -> None:
-        # Ended streams leave here, so the set holds at most the requests in flight.
-        self._streams = {s for s in self._streams if s.pump.running or s.moving}
         self._streams.add(stream)
+
+    def forget(self, stream: OpenStream) -> None:
+        """A closed stream leaves, so the set holds only the requests in flight."""
+        self._streams.discard(stream)
 
     def candidates(self, target: str) -> list[OpenStream]:
         """Streams that should continue on ``target``, oldest first."""

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from engines.tokenizer import ChatTurn, HfTokenizer
 from training.progress import Progress
@@ -108,9 +108,7 @@ def _generate(model_dir: Path, todo: list[tuple[Prompt, list[int]]], out: Path,
             for (p, ids), r in zip(chunk, results, strict=True):
                 answer = list(r.outputs[0].token_ids)
                 tokens += len(answer)
-                sample = Sample(p.id, p.kind, ids, answer)
-                done.append(sample)
-                f.write(json.dumps(sample.__dict__) + "\n")
+                _keep(Sample(p.id, p.kind, ids, answer), done, f)
             f.flush()
             bar.advance(len(chunk), note=f"{tokens / (time.monotonic() - began):.0f} tok/s")
     bar.close()
@@ -164,9 +162,7 @@ def _generate_hf(model_dir: Path, todo: list[tuple[Prompt, list[int]]], out: Pat
                     if t in stops:
                         break
                 tokens += len(answer)
-                sample = Sample(p.id, p.kind, row, answer)
-                done.append(sample)
-                f.write(json.dumps(sample.__dict__) + "\n")
+                _keep(Sample(p.id, p.kind, row, answer), done, f)
             f.flush()
             bar.advance(len(chunk), note=f"{tokens / (time.monotonic() - began):.0f} tok/s")
     bar.close()
@@ -197,3 +193,9 @@ def save_known_answers(samples: Sequence[Sample], path: Path) -> None:
 def _rewrite_clean(out: Path, rows: list[Sample]) -> None:
     if out.exists():
         out.write_text("".join(json.dumps(s.__dict__) + "\n" for s in rows))
+
+
+def _keep(sample: Sample, done: list[Sample], f: IO[str]) -> None:
+    """One generated answer: kept for this run and appended to the resumable file."""
+    done.append(sample)
+    f.write(json.dumps(sample.__dict__) + "\n")
