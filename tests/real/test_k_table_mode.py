@@ -59,9 +59,12 @@ async def test_a_k_table_drafts_alone_and_not_in_a_batch(tmp_path: Path) -> None
             assert alone == plain
             together = await asyncio.gather(*(complete(h, "eagle3_k", model)
                                               for _ in range(4)))
-            # K = 0 from batch 2: four requests decoding together add (almost) no
-            # drafts; the odd step where only one of them is still running drafts.
-            assert drafts(process) - after_alone < after_alone / 2, process.log_tail()
+            # K = 0 from batch 2: four requests drafting at every step would add about
+            # 4 x ``after_alone`` drafts. Together they add far fewer: only the steps one
+            # of them runs alone draft (on a loaded machine the first can run a while
+            # before the others arrive, or finish after them).
+            added = drafts(process) - after_alone
+            assert added < 2 * after_alone, (added, after_alone, process.log_tail())
             assert all(text == plain for text in together)
     finally:
         process.stop()

@@ -37,7 +37,9 @@ async def test_a_request_moved_mid_stream_keeps_its_greedy_text(
                 chunks.append(chunk)
                 if chunk.choices:
                     text += chunk.choices[0].delta.content or ""
-                if len(chunks) == 8 and not moved:
+                # Move early: on a loaded machine the gateway runs well ahead of this
+                # reader, and a request with < 32 tokens left is not moved.
+                if len(chunks) == 3 and not moved:
                     # Auto now may only choose EAGLE-3: the next auto decision moves
                     # the device group, and the stream with it.
                     r = await h.put("/admin/policy", headers=AUTH,
@@ -53,7 +55,8 @@ async def test_a_request_moved_mid_stream_keeps_its_greedy_text(
                 "enabled_modes": None, "exploration_share": 0.03})
         metrics = (await h.get("/metrics")).text
     last = chunks[-1]
-    assert last.model_extra == {"spec_mode": "eagle3", "spec_moves": 1}, last
+    assert last.model_extra == {"spec_mode": "eagle3", "spec_moves": 1}, \
+        (last, gw.log.read_text()[-4000:])
     assert last.usage is not None
     assert last.usage.completion_tokens == reference.usage.completion_tokens  # type: ignore[union-attr]
     assert last.usage.prompt_tokens == reference.usage.prompt_tokens  # type: ignore[union-attr]
