@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.stats import AcceptanceWindow, SpecDecodeCounters, StepTimeProfile
+from engines.stats import AcceptanceWindow, PrefillCost, SpecDecodeCounters, StepTimeProfile
 
 
 @dataclass(slots=True)
@@ -29,21 +29,32 @@ class LiveCounters:
     accepted_per_position: list[int] = field(default_factory=list)
     window: AcceptanceWindow = field(default_factory=AcceptanceWindow)
     steps: StepTimeProfile = field(default_factory=StepTimeProfile)
+    prefill: PrefillCost = field(default_factory=PrefillCost)
     speculative: bool = False            # the engine has a drafter
     # The previous step seen: (engine iteration index, when recorded, anything scheduled).
     last_step: tuple[int, float, bool] | None = None
 
     def observe_step(self, index: int, prefills: int, decodes: int, at: float) -> None:
-        """Time one engine step as the interval since the previous one, kept for pure
-        decode steps that directly follow a busy step. Not vLLM's ``elapsed_ms``,
-        which misses the forward pass on a single-process executor (docs/policy.md,
-        "Design notes")."""
+        """Time one engine step as the interval since the previous one, kept for steps
+        that directly follow a busy step and decode (requests ran on from it, so the
+        engine never sat idle between the two): a pure decode step is a sample of the
+        step profile, one that also prefills a sample of the prefill cost
+        (``PrefillCost``).
+        Not vLLM's ``elapsed_ms``, which misses the forward pass on a single-process
+        executor (docs/policy.md, "Design notes")."""
         previous = self.last_step
         self.last_step = (index, at, prefills + decodes > 0)
-        if prefills or decodes <= 0 or previous is None:
+        if previous is None:
             return
         last_index, last_at, busy = previous
-        if busy and index == last_index + 1:
+        if not busy or index != last_index + 1:
+            return
+        if decodes <= 0:
+            # Nothing ran on from the previous step: the engine may have sat idle since.
+            return
+        if prefills:
+            self.prefill.add(prefills, at - last_at, decodes, self.steps)
+        else:
             self.steps.add(decodes, at - last_at)
 
     def spec_counters(self) -> SpecDecodeCounters:

@@ -39,6 +39,9 @@ class EngineStats:
     recent_mean_accepted_length: float | None = None
     # Decode step time by batch size: ((batch bucket, mean seconds, samples), ...).
     step_profile: tuple[tuple[int, float, int], ...] = ()
+    # Measured device seconds to prefill a request (``PrefillCost``); None until a
+    # prefill step was timed.
+    prefill_s: float | None = None
 
     @property
     def batch_size(self) -> int:
@@ -140,3 +143,42 @@ class StepTimeProfile:
     def snapshot(self) -> tuple[tuple[int, float, int], ...]:
         return tuple((round(mean_batch), mean, int(n))
                      for _, (mean, n, mean_batch) in sorted(self._buckets.items()))
+
+    def seconds_at(self, batch: int) -> float | None:
+        """The mean decode step at ``batch``'s bucket; None while unmeasured."""
+        entry = self._buckets.get(batch_bucket(batch))
+        return entry[0] if entry is not None and entry[1] > 0 else None
+
+
+@dataclass(slots=True)
+class PrefillCost:
+    """Seconds of device time an engine spends prefilling one request, measured (a
+    moving average over the steps that prefilled).
+
+    A step that prefills rides along the decodes of the running batch; what it takes
+    beyond a decode-only step at that batch (``StepTimeProfile``) is the prefill's.
+    Measured per engine because it is not the prior's: a CPU prefills far slower
+    against its decode than a GPU does, and a speculative engine prefills its drafter
+    too. Per request, not per prompt token: what a prefill computes depends on the
+    prefix cache (a prompt found there schedules a token or two, yet costs a forward
+    pass), which the gateway cannot see, so the mean over the traffic served is the
+    better guess for the next request. Every request a batch holds waits through the
+    prefills of the others, so on short answers this is what makes speculation lose
+    at a batch where its decode steps alone would still win (docs/policy.md)."""
+
+    alpha: float = 0.05
+    seconds: float | None = None         # None until a prefill step was timed
+    samples: int = 0
+
+    def add(self, requests: int, seconds: float, decodes: int,
+            profile: StepTimeProfile) -> None:
+        """A step of ``seconds`` that prefilled ``requests`` beside ``decodes`` running
+        ones (at least one: a step with none may follow idle time)."""
+        decode = profile.seconds_at(decodes) if decodes > 0 else None
+        if requests <= 0 or seconds <= 0 or decode is None:
+            return
+        each = max(seconds - decode, 0.0) / requests
+        self.samples += 1
+        weight = max(1.0 / self.samples, self.alpha)
+        self.seconds = each if self.seconds is None else \
+            self.seconds + weight * (each - self.seconds)

@@ -188,7 +188,7 @@ class VllmEngine(Engine):
             running=c.running, waiting=c.waiting, kv_cache_usage=c.kv_cache_usage,
             spec=c.spec_counters() if self.spec.is_speculative else None,
             recent_acceptance_rate=rate, recent_mean_accepted_length=length,
-            step_profile=c.steps.snapshot())
+            step_profile=c.steps.snapshot(), prefill_s=c.prefill.seconds)
 
     async def shutdown(self) -> None:
         if self._llm is None or self._closed:

@@ -22,6 +22,7 @@ from policies.cost import (
     ModeCost,
     estimate,
     estimate_mix,
+    plain_prefill,
     plain_scale,
     rounds,
     step_time,
@@ -227,7 +228,7 @@ class AdaptivePolicy(Policy):
         converges to once new requests follow (docs/policy.md, "Design notes")."""
         group = groups[load.gpu_group]
         return estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
-                            self.settings, scale, optimistic)
+                            self.settings, scale, optimistic, plain_prefill(inputs.modes))
 
     def _incumbent(self, inputs: DecisionInput, best: str) -> str | None:
         """What hysteresis holds. While the best mode's device group is busy, the

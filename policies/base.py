@@ -38,6 +38,9 @@ class ModeLoad:
     gpu_group: str = "0"                 # engines in one group share (time-slice) a device
     # Measured decode step time by batch size: ((batch, seconds, samples), ...).
     step_profile: tuple[tuple[int, float, int], ...] = ()
+    # Measured device seconds to prefill one request (the traffic's prompts and prefix-
+    # cache hits); None: unmeasured.
+    prefill_s: float | None = None
     # vLLM's ``num_speculative_tokens_per_batch_size``: ((first, last, K), ...) sorted
     # by first batch; empty: K is ``num_speculative_tokens`` at every batch.
     k_schedule: tuple[tuple[int, int, int], ...] = ()

@@ -158,7 +158,8 @@ def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: 
     before = step_time(candidate, candidate.batch_size, settings, scale)
     after = step_time(candidate, candidate.batch_size + 1, settings, scale)
     n = rounds(output_tokens, tau)
-    own = _prefill(candidate, prompt_tokens, settings, scale) + n * (others + after)
+    own = _prefill(candidate, prompt_tokens, settings, scale, plain_prefill(modes)) + \
+        n * (others + after)
     waiting_requests = sum(m.batch_size for m in group)
     delay = settings.externality_weight * waiting_requests * (after - before) * n
     return ModeCost(candidate.mode, own + delay, own, delay, tau)
@@ -175,7 +176,8 @@ class ClassShare:
 
 def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassShare],
                  prompt_tokens: int, settings: AdaptiveSettings, scale: float,
-                 optimistic: bool = False) -> ModeCost:
+                 optimistic: bool = False,
+                 plain: float | None = None) -> ModeCost:
     """The mean cost of a request of the group's mix (``shares``, this request's first)
     if the whole group (``group_batch``, this request included) ran on ``candidate``.
 
@@ -183,7 +185,13 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
     for it alone keeps several engines busy and every round costs the sum of their
     steps; what one device should run is the mode that serves the mix best. With a
     single share it is this request's own cost. ``optimistic`` applies to the first
-    share (this request's class) only."""
+    share (this request's class) only.
+
+    A request waits through the prefills of its batch, not only its own: in that
+    steady state each of the ``group_batch`` places turns over about once in a
+    request's life, and every prefill stalls the whole batch (taken at this
+    request's prompt length; ``plain``: see ``_prefill``). Per request of throughput
+    that is the device time ``prefill + rounds * step / batch``, times the batch."""
     step = step_time(candidate, group_batch, settings, scale)
     total = weight = 0.0
     tau = 1.0
@@ -194,8 +202,8 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
             tau = t
         total += share.weight * rounds(share.output_tokens, t)
         weight += share.weight
-    own = _prefill(candidate, prompt_tokens, settings, scale) + \
-        (step * total / weight if weight > 0 else 0.0)
+    prefills = max(group_batch, 1) * _prefill(candidate, prompt_tokens, settings, scale, plain)
+    own = prefills + (step * total / weight if weight > 0 else 0.0)
     return ModeCost(candidate.mode, own, own, 0.0, tau)
 
 
@@ -206,8 +214,24 @@ def rounds(output_tokens: float, tau: float) -> float:
     return max((output_tokens - 1.0) / tau, 1.0) if output_tokens > 1.0 else 0.0
 
 
+def plain_prefill(modes: Mapping[str, ModeLoad]) -> float | None:
+    """The plain engine's measured prefill seconds per request, if any."""
+    for load in modes.values():
+        if load.method is None and load.prefill_s is not None:
+            return load.prefill_s
+    return None
+
+
 def _prefill(candidate: ModeLoad, prompt_tokens: int, settings: AdaptiveSettings,
-             scale: float) -> float:
+             scale: float, plain: float | None = None) -> float:
+    """Device seconds to prefill a request on ``candidate``: as its engine measures
+    them (over the traffic it serves: ``engines.stats.PrefillCost``); else as the plain
+    engine measures them (``plain``), with the method's prior drafter overhead; else
+    the prior, per prompt token."""
+    if candidate.prefill_s is not None:
+        return candidate.prefill_s
     prior = settings.prior_for(candidate.method)
-    return prompt_tokens * settings.prefill_per_token_s * scale * (
-        1.0 + (prior.prefill_overhead if prior is not None else 0.0))
+    overhead = 1.0 + (prior.prefill_overhead if prior is not None else 0.0)
+    if plain is not None:
+        return plain * overhead
+    return prompt_tokens * settings.prefill_per_token_s * scale * overhead

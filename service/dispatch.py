@@ -424,6 +424,7 @@ class Dispatcher:
                         mean_accepted_length=s.recent_mean_accepted_length,
                         method=info.method, num_speculative_tokens=info.num_speculative_tokens,
                         gpu_group=info.gpu_group, step_profile=s.step_profile,
+                        prefill_s=s.prefill_s,
                         k_schedule=info.k_schedule)
 
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from engines.stats import AcceptanceWindow, StepTimeProfile
+from engines.stats import AcceptanceWindow, PrefillCost, StepTimeProfile
 from sim.acceptance import AcceptanceSampler, alpha_for, engine_tau
 from sim.params import ModeSpec, SimParams
 from sim.steptime import StepShape, StepTimeModel
@@ -37,6 +37,7 @@ class StatLogger:
     """What the gateway's per-engine vLLM stat logger collects."""
 
     steps: StepTimeProfile = field(default_factory=StepTimeProfile)
+    prefill: PrefillCost = field(default_factory=PrefillCost)
     window: AcceptanceWindow = field(default_factory=AcceptanceWindow)
     num_steps: int = 0
     busy_s: float = 0.0
@@ -121,6 +122,8 @@ class SimEngine:
             self.running = [r for r in self.running if r.finished_at is None]
         if not new and decoding:   # the real logger keeps decode-only steps
             self.stats.steps.add(len(decoding), duration)
+        elif new:                  # and times a prefill against them
+            self.stats.prefill.add(len(new), duration, len(decoding), self.stats.steps)
         self.stats.num_steps += 1
         self.stats.busy_s += duration
         return StepResult(duration, finished, tokens, len(decoding) + len(new))

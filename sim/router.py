@@ -66,7 +66,8 @@ def mode_load(engine: SimEngine, now: float) -> ModeLoad:
         kv_cache_usage=engine.kv_used / engine.kv_capacity if engine.kv_capacity else 1.0,
         acceptance_rate=rate, mean_accepted_length=length, method=mode.method,
         num_speculative_tokens=mode.num_speculative_tokens, gpu_group=engine.gpu_group,
-        step_profile=engine.stats.steps.snapshot(), k_schedule=engine.k_schedule)
+        step_profile=engine.stats.steps.snapshot(),
+        prefill_s=engine.stats.prefill.seconds, k_schedule=engine.k_schedule)
 
 
 def in_flight_by_class(engine: SimEngine) -> dict[str, int]:

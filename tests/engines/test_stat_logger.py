@@ -46,3 +46,29 @@ def test_the_live_window_counts_steps_that_drafted_nothing() -> None:
     assert rate == pytest.approx(1.0)
     assert length == pytest.approx(1 + 8 / 16)
     assert (c.num_drafts, c.num_accepted_tokens) == (2, 8)    # vLLM's own counters kept
+
+
+def test_a_prefill_is_timed_beyond_the_decode_step_it_rides_along() -> None:
+    """A step that prefills costs the decode step at its batch plus the prefills: what
+    it takes beyond that, per request prefilled, is the engine's prefill cost."""
+    c = LiveCounters()
+    at, index = 0.0, 0
+    c.observe_step(index, prefills=0, decodes=2, at=at)
+    for prefills in (1, 2, 1):
+        for _ in range(3):                       # decode steps at batch 2: 50 ms
+            index, at = index + 1, at + 0.050
+            c.observe_step(index, prefills=0, decodes=2, at=at)
+        index, at = index + 1, at + 0.050 + 0.030 * prefills
+        c.observe_step(index, prefills=prefills, decodes=2, at=at)
+    assert c.prefill.seconds == pytest.approx(0.030)
+
+
+def test_a_prefill_is_not_timed_without_a_decode_step_to_compare() -> None:
+    c = LiveCounters()
+    c.observe_step(0, prefills=0, decodes=3, at=0.0)
+    c.observe_step(1, prefills=1, decodes=3, at=0.2)   # batch 3 unmeasured
+    c.observe_step(3, prefills=1, decodes=3, at=0.5)   # a step unreported
+    # No request ran on from the last step: the engine may have been idle meanwhile.
+    c.observe_step(4, prefills=1, decodes=0, at=9.6)
+    c.observe_step(5, prefills=1, decodes=0, at=9.7)
+    assert c.prefill.seconds is None

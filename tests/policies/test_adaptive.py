@@ -344,3 +344,26 @@ def test_a_full_mode_is_no_candidate_but_its_batch_still_loads_its_device() -> N
     # share the device.
     assert full.mode == down.mode
     assert full.scores[full.mode] > down.scores[down.mode]
+
+
+def test_a_batch_waits_through_its_prefills_so_a_costly_prefill_loses_at_batch() -> None:
+    """Measured on the CPU build (docs/policy.md, "The device group's mix"): at batch 4
+    EAGLE-3's decode step (100-106 ms, τ 1.8) gives as many tokens per second as plain
+    decoding's (61 ms), but it prefills more slowly. Each request waits through the
+    batch's prefills: with short answers plain decoding wins there, while alone EAGLE-3
+    still does."""
+    plain = ((1, 0.055, 100), (4, 0.061, 100))
+    eagle = ((1, 0.080, 100), (4, 0.100, 100))
+    tau = {"eagle3": learned(1.8)}
+    settings = AdaptiveSettings(enabled_modes=["standard", "eagle3"], exploration_share=0.0)
+
+    def decide(batch: int, plain_prefill: float, eagle_prefill: float) -> str:
+        modes = {"standard": replace(load("standard", batch=batch, profile=plain),
+                                     prefill_s=plain_prefill),
+                 "eagle3": replace(load("eagle3", profile=eagle), prefill_s=eagle_prefill)}
+        return AdaptivePolicy(settings).decide(
+            case(max_tokens=32, modes=modes, acceptance=tau)).mode
+
+    assert decide(3, 0.110, 0.110) == "eagle3"        # the same prefill: decode decides
+    assert decide(3, 0.110, 0.180) == "standard"      # a batch of 4 waits for 4 prefills
+    assert decide(0, 0.110, 0.180) == "eagle3"        # alone, one prefill is paid back
