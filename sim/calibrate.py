@@ -1,6 +1,6 @@
 """Fit the step-time model to the published GSM8K table, and check the fit by simulation.
 
-``fit`` is a deterministic Nelder-Mead over the log of eight coefficients,
+``fit`` is a deterministic Nelder-Mead over the log of six coefficients,
 against a steady-state model of the published benchmark (closed loop at
 concurrency ``c``: ``c`` sequences decoding, plus the prompts of the requests
 that replace finished ones). ``compare`` then runs the discrete-event
@@ -91,20 +91,20 @@ def max_speedup_error(rows: Sequence[CalibrationRow]) -> float:
 
 
 def _with(params: SimParams, x: Sequence[float]) -> SimParams:
-    fixed, compute, seq, spec_seq, e_pass, e_tok, d_pass, d_tok = x
+    fixed, compute, seq, spec_seq, e_pass, d_pass = x
     d = params.drafters
     return replace(
         params,
         steps=replace(params.steps, fixed_s=fixed, compute_per_token_s=compute,
                       per_seq_s=seq, spec_per_seq_s=spec_seq),
-        drafters={"eagle3": replace(d["eagle3"], pass_s=e_pass, per_token_s=e_tok),
-                  "dflash": replace(d["dflash"], pass_s=d_pass, per_token_s=d_tok)})
+        drafters={"eagle3": replace(d["eagle3"], pass_s=e_pass),
+                  "dflash": replace(d["dflash"], pass_s=d_pass)})
 
 
 def _vector(params: SimParams) -> list[float]:
     s, e, d = params.steps, params.drafters["eagle3"], params.drafters["dflash"]
     return [s.fixed_s, s.compute_per_token_s, s.per_seq_s, s.spec_per_seq_s,
-            e.pass_s, e.per_token_s, d.pass_s, d.per_token_s]
+            e.pass_s, d.pass_s]
 
 
 def _loss(params: SimParams) -> float:
@@ -160,7 +160,7 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], rounds: 
 
 def fit(params: SimParams) -> SimParams:
     """Least-squares fit (in log space, so coefficients stay positive) of the
-    eight fitted coefficients; hardware facts and everything else are kept."""
+    six fitted coefficients; hardware facts and everything else are kept."""
     x = nelder_mead(lambda v: _loss(_with(params, [math.exp(u) for u in v])),
                     [math.log(v) for v in _vector(params)])
     return _with(params, [math.exp(u) for u in x])
@@ -173,5 +173,5 @@ def describe(params: SimParams) -> str:
     d: DrafterCost = params.drafters["dflash"]
     return (f"fixed_s={s.fixed_s:.5g} compute_per_token_s={s.compute_per_token_s:.5g} "
             f"per_seq_s={s.per_seq_s:.5g} spec_per_seq_s={s.spec_per_seq_s:.5g}\n"
-            f"eagle3: pass_s={e.pass_s:.5g} per_token_s={e.per_token_s:.5g}\n"
-            f"dflash: pass_s={d.pass_s:.5g} per_token_s={d.per_token_s:.5g}")
+            f"eagle3: pass_s={e.pass_s:.5g} (per token: {e.flops_share} x compute)\n"
+            f"dflash: pass_s={d.pass_s:.5g} (per token: {d.flops_share} x compute)")

@@ -46,21 +46,29 @@ class StepCoefficients:
     and log plain tokens/s) printed by ``python -m sim calibrate --fit``.
     """
 
-    fixed_s: float = 1.9305e-3             # launch, scheduling, sampling (fitted)
+    fixed_s: float = 2.1378e-3             # launch, scheduling, sampling (fitted)
     weight_read_s: float = 2.0e-3          # memory-bound floor: weights / HBM bandwidth
-    compute_per_token_s: float = 1.4158e-5 # compute-bound slope, ~1 PFLOP/s effective (fitted)
-    per_seq_s: float = 7.628e-5            # per running sequence: KV reads, bookkeeping (fitted)
-    spec_per_seq_s: float = 1.2764e-4     # speculative bookkeeping per sequence (fitted)
+    compute_per_token_s: float = 1.5004e-5 # compute-bound slope, ~1 PFLOP/s effective (fitted)
+    per_seq_s: float = 7.2114e-5           # per running sequence: KV reads, bookkeeping (fitted)
+    spec_per_seq_s: float = 1.0638e-4     # speculative bookkeeping per sequence (fitted)
     prefill_drafter_share: float = 0.10    # drafter prefill, as a share of the target's
     engine_switch_s: float = 5.0e-5        # time-slicing two processes (assumed, not fitted)
 
 
 @dataclass(frozen=True, slots=True)
 class DrafterCost:
-    """One draft pass: ``pass_s + per_token_s * tokens in the pass`` (fitted)."""
+    """One draft pass: ``pass_s + flops_share * compute_per_token_s * tokens in the pass``.
+
+    ``pass_s`` (launches, the drafter's weight reads) is fitted; the per-token part is
+    not: it is the target's fitted compute time per token scaled by the drafter's
+    FLOPs per drafted token over the target's (``flops_share``, from the layer shapes
+    below), so that drafting costs grow with the tokens drafted (batch x block) as
+    the hardware says, whatever the fit would prefer. Before this constraint the fit
+    put DFlash's per-token cost at 1.4e-9 s, i.e. free: DFlash looked as cheap at
+    c = 128 as at c = 1."""
 
     pass_s: float
-    per_token_s: float
+    flops_share: float
     weights_gib: float                     # memory the drafter takes from the KV cache
     kv_share: float                        # drafter KV per token, as a share of the target's
 
@@ -95,13 +103,25 @@ class KTableCosts:
             batch / self.k0_low_batch) / span
 
 
+# Fitted per-pass times (``python -m sim calibrate --fit``).
+EAGLE3_PASS_S = 7.483e-4
+DFLASH_PASS_S = 3.0779e-3
+
+
 def _drafters() -> Mapping[str, DrafterCost]:
     return MappingProxyType({
-        # One decoder layer + 32k-vocabulary head; 7 sequential passes per step.
-        "eagle3": DrafterCost(pass_s=6.6605e-4, per_token_s=1.497e-6, weights_gib=0.8,
+        # One decoder layer + 32k-vocabulary head; 7 sequential passes per step. Per
+        # drafted token: attention from the 2 x 4096 input (q 8192x4096, k and v
+        # 8192x1024, o 4096x4096: 84 M), MLP 3 x 4096 x 14336 (176 M), head 4096 x 32000
+        # (131 M): 391 M weights against the target's 7.50 B (8.03 B less the 0.53 B
+        # input embedding, which is a lookup): 0.052 of its FLOPs.
+        "eagle3": DrafterCost(pass_s=EAGLE3_PASS_S, flops_share=0.052, weights_gib=0.8,
                               kv_share=1 / 32),
-        # A few layers drafting the whole block in one pass (needs target features).
-        "dflash": DrafterCost(pass_s=3.2655e-3, per_token_s=1.3963e-9, weights_gib=2.0,
+        # A few layers drafting the whole block in one pass (needs target features):
+        # 2.0 GiB of weights is five Llama-3.1-8B layers (218 M each), and every block
+        # position also runs the target's shared LM head (4096 x 128256, 525 M):
+        # 1.62 B per drafted token, 0.216 of the target's FLOPs.
+        "dflash": DrafterCost(pass_s=DFLASH_PASS_S, flops_share=0.216, weights_gib=2.0,
                               kv_share=5 / 32),
     })
 

@@ -46,7 +46,8 @@ class StepTimeModel:
             return plain + self._drafter_prefill(mode, prefill)
         verify, passes, width = self.shape_of(mode, k)
         drafter = self.drafter(mode)
-        draft = passes * (drafter.pass_s + drafter.per_token_s * seqs * width)
+        per_token = drafter.flops_share * self.params.steps.compute_per_token_s
+        draft = passes * (drafter.pass_s + per_token * seqs * width)
         graphs = self._piecewise_graphs() if mode.per_batch_k else 0.0
         return self.target(seqs, seqs * verify + prefill, speculative=True) + draft + \
             graphs + self._drafter_prefill(mode, prefill)
