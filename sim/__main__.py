@@ -1,4 +1,4 @@
-"""``python -m sim calibrate [--fit]`` | ``python -m sim report [--out DIR]``."""
+"""``python -m sim calibrate [--fit | --held-out]`` | ``python -m sim report [--out DIR]``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim.calibrate import compare, describe, fit, max_speedup_error
+from sim.calibrate import compare, describe, fit, held_out, max_speedup_error
 from sim.params import SimParams
 from sim.report import calibration_md, write_report
 
@@ -18,6 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     cal = sub.add_parser("calibrate", help="published vs simulated GSM8K table")
     cal.add_argument("--fit", action="store_true",
                      help="re-fit the step-time coefficients first and print them")
+    cal.add_argument("--held-out", action="store_true",
+                     help="leave each published column out of the fit in turn and "
+                          "show how well the others predict it")
     rep = sub.add_parser("report", help="every scenario; markdown + PNGs; summary line")
     rep.add_argument("--out", type=Path, default=Path("bench/out/sim"))
     rep.add_argument("--seed", type=int, default=100)
@@ -27,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
 
     params = SimParams()
     if args.command == "calibrate":
+        if args.held_out:
+            rows = held_out(params)
+            print("\n".join(calibration_md(rows)))
+            print(f"\nheld_out_max_err={max_speedup_error(rows):.3f}")
+            return 0
         if args.fit:
             params = fit(params)
             print("fitted (paste into sim/params.py):\n" + describe(params) + "\n")

@@ -107,9 +107,11 @@ def _vector(params: SimParams) -> list[float]:
             e.pass_s, d.pass_s]
 
 
-def _loss(params: SimParams) -> float:
+def _loss(params: SimParams, columns: Sequence[int] = PUBLISHED_CONCURRENCY) -> float:
     total = 0.0
     for r in analytic_rows(params):
+        if r.concurrency not in columns:
+            continue
         err = math.log(r.simulated / r.published)
         weight = 0.5 if r.mode == PLAIN.name else 1.0   # speedups are the target
         total += (weight * err) ** 2 + 50.0 * max(abs(weight * err) - 0.05, 0.0) ** 2
@@ -158,12 +160,25 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], rounds: 
     return best
 
 
-def fit(params: SimParams) -> SimParams:
+def fit(params: SimParams, columns: Sequence[int] = PUBLISHED_CONCURRENCY) -> SimParams:
     """Least-squares fit (in log space, so coefficients stay positive) of the
-    six fitted coefficients; hardware facts and everything else are kept."""
-    x = nelder_mead(lambda v: _loss(_with(params, [math.exp(u) for u in v])),
+    six fitted coefficients to the published cells at ``columns`` (concurrencies);
+    hardware facts and everything else are kept."""
+    x = nelder_mead(lambda v: _loss(_with(params, [math.exp(u) for u in v]), columns),
                     [math.log(v) for v in _vector(params)])
     return _with(params, [math.exp(u) for u in x])
+
+
+def held_out(params: SimParams) -> list[CalibrationRow]:
+    """Each published column predicted by a fit to the other four (leave one column
+    out): how well the model, not the fit, carries to cells it has not seen. The
+    steady-state model, as the fit itself uses; ``compare`` checks the full fit by
+    simulation."""
+    rows = []
+    for c in PUBLISHED_CONCURRENCY:
+        fitted = fit(params, [x for x in PUBLISHED_CONCURRENCY if x != c])
+        rows += [r for r in analytic_rows(fitted) if r.concurrency == c]
+    return rows
 
 
 def describe(params: SimParams) -> str:
