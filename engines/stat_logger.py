@@ -49,12 +49,9 @@ class LiveCounters:
         last_index, last_at, busy = previous
         if not busy or index != last_index + 1:
             return
-        if decodes <= 0:
-            # Nothing ran on from the previous step: the engine may have sat idle since.
-            return
-        if prefills:
+        if prefills:      # timed only beside running decodes (``PrefillCost.add``)
             self.prefill.add(prefills, at - last_at, decodes, self.steps)
-        else:
+        elif decodes > 0:
             self.steps.add(decodes, at - last_at)
 
     def spec_counters(self) -> SpecDecodeCounters:

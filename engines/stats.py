@@ -173,7 +173,8 @@ class PrefillCost:
     def add(self, requests: int, seconds: float, decodes: int,
             profile: StepTimeProfile) -> None:
         """A step of ``seconds`` that prefilled ``requests`` beside ``decodes`` running
-        ones (at least one: a step with none may follow idle time)."""
+        ones. Skipped without any: nothing then ran on from the step before, so the
+        engine may have sat idle in between."""
         decode = profile.seconds_at(decodes) if decodes > 0 else None
         if requests <= 0 or seconds <= 0 or decode is None:
             return
