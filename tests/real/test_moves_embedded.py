@@ -3,6 +3,8 @@ greedy text of one that was not moved, as one response to the openai SDK."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import openai
 
@@ -11,52 +13,68 @@ from tests.real.conftest import ADMIN_KEY, RealGateway
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PROMPT = "Write a long story about a dragon who learns to bake bread in a small village."
 TOKENS = 128
+# A request can only move while its engine still runs it with >= 32 tokens to go. On
+# this CPU build an engine sometimes hands a stream's tokens over in one burst at its
+# end (measured on a loaded 2-core machine: a whole 128-token stream arrived in the last
+# millisecond, nothing left to move); the scenario is then run again.
+ATTEMPTS = 4
+
+
+async def _stream_moved_to_eagle3(gw: RealGateway, client: openai.AsyncOpenAI,
+                                  h: httpx.AsyncClient, messages: list[Any]
+                                  ) -> tuple[list[Any], str]:
+    """One stream auto starts on plain decoding, then moves to EAGLE-3 as soon as the
+    gateway has answered its headers; its chunks and text."""
+    # Auto may only choose plain decoding: the stream starts there.
+    r = await h.put("/admin/policy", headers=AUTH, json={
+        "enabled_modes": ["standard"], "exploration_share": 0.0})
+    assert r.status_code == 200, r.text
+    try:
+        stream = await client.chat.completions.create(
+            model=gw.model, messages=messages, max_tokens=TOKENS, temperature=0,
+            stream=True, stream_options={"include_usage": True})
+        assert stream.response.headers["x-spec-mode"] == "standard"
+        # Auto now may only choose EAGLE-3: the next auto decision moves the device
+        # group, and the stream with it (it is movable once its headers are out).
+        r = await h.put("/admin/policy", headers=AUTH, json={"enabled_modes": ["eagle3"]})
+        assert r.status_code == 200, r.text
+        other = await client.chat.completions.create(
+            model=gw.model, messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=2, temperature=0)
+        assert other.choices[0].message.content is not None
+        text, chunks = "", []
+        async for chunk in stream:
+            chunks.append(chunk)
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+        return chunks, text
+    finally:
+        await h.put("/admin/policy", headers=AUTH, json={
+            "enabled_modes": None, "exploration_share": 0.03})
 
 
 async def test_a_request_moved_mid_stream_keeps_its_greedy_text(
         real_gateway: RealGateway) -> None:
     gw = real_gateway
-    messages = [{"role": "user", "content": PROMPT}]
+    messages: list[Any] = [{"role": "user", "content": PROMPT}]
+    unmoved = []
     async with httpx.AsyncClient(base_url=gw.url, timeout=600) as h, \
             openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0) as client:
         reference = await client.chat.completions.create(
-            model=gw.model, messages=messages, max_tokens=TOKENS, temperature=0,  # type: ignore[arg-type]
+            model=gw.model, messages=messages, max_tokens=TOKENS, temperature=0,
             extra_headers={"x-spec-mode": "standard"})
         assert reference.choices[0].finish_reason == "length"   # long enough to move
-        # Auto may only choose plain decoding: the stream starts there.
-        r = await h.put("/admin/policy", headers=AUTH, json={
-            "enabled_modes": ["standard"], "exploration_share": 0.0})
-        assert r.status_code == 200, r.text
-        try:
-            stream = await client.chat.completions.create(
-                model=gw.model, messages=messages, max_tokens=TOKENS, temperature=0,  # type: ignore[arg-type]
-                stream=True, stream_options={"include_usage": True})
-            assert stream.response.headers["x-spec-mode"] == "standard"
-            text, chunks, moved = "", [], False
-            async for chunk in stream:
-                chunks.append(chunk)
-                if chunk.choices:
-                    text += chunk.choices[0].delta.content or ""
-                # Move early: on a loaded machine the gateway runs well ahead of this
-                # reader, and a request with < 32 tokens left is not moved.
-                if len(chunks) == 3 and not moved:
-                    # Auto now may only choose EAGLE-3: the next auto decision moves
-                    # the device group, and the stream with it.
-                    r = await h.put("/admin/policy", headers=AUTH,
-                                    json={"enabled_modes": ["eagle3"]})
-                    assert r.status_code == 200, r.text
-                    other = await client.chat.completions.create(
-                        model=gw.model, messages=[{"role": "user", "content": "Hi"}],
-                        max_tokens=2, temperature=0)  # type: ignore[arg-type]
-                    assert other.choices[0].message.content is not None
-                    moved = True
-        finally:
-            await h.put("/admin/policy", headers=AUTH, json={
-                "enabled_modes": None, "exploration_share": 0.03})
+        for _ in range(ATTEMPTS):
+            chunks, text = await _stream_moved_to_eagle3(gw, client, h, messages)
+            # Moved or not, the stream is the unmoved request's greedy text.
+            assert text == reference.choices[0].message.content
+            if (chunks[-1].model_extra or {}).get("spec_moves"):
+                break
+            unmoved.append(chunks[-1].model_extra)
         metrics = (await h.get("/metrics")).text
     last = chunks[-1]
-    assert last.model_extra == {"spec_mode": "eagle3", "spec_moves": 1}, \
-        (last, gw.log.read_text()[-4000:])
+    moves = [line for line in gw.log.read_text().splitlines() if " moved from " in line]
+    assert last.model_extra == {"spec_mode": "eagle3", "spec_moves": 1}, (unmoved, moves)
     assert last.usage is not None
     assert last.usage.completion_tokens == reference.usage.completion_tokens  # type: ignore[union-attr]
     assert last.usage.prompt_tokens == reference.usage.prompt_tokens  # type: ignore[union-attr]
