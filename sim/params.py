@@ -144,6 +144,10 @@ class ModeSpec:
     verify: int = 1
     family: str = ""
     per_batch_k: bool = False              # K may change per step (vLLM's per-batch table)
+    # A chain engine with a fixed draft length (vLLM's ``num_speculative_tokens``, no
+    # table, full CUDA graphs): K passes of one token each; acceptance still from the
+    # family's tau at ``depth`` (a chain's share of it), as for a K table at that K.
+    fixed_k: int = 0
 
     @property
     def chain_drafted(self) -> bool:
@@ -168,10 +172,15 @@ EAGLE3_CHAIN = ModeSpec("eagle3_dynk", "eagle3", depth=7, width=1, verify=8,
                         family="eagle3_10", per_batch_k=True)
 DFLASH_CHAIN = ModeSpec("dflash_dynk", "dflash", depth=9, width=10, verify=10,
                         family="dflash_10", per_batch_k=True)
+# vLLM's own EAGLE-3 as most deployments run it: a chain of K = 3 (no tree, no table).
+EAGLE3_K3 = ModeSpec("eagle3_chain3", "eagle3", depth=7, width=1, verify=4,
+                     family="eagle3_10", fixed_k=3)
 
-STATIC_MODES: tuple[ModeSpec, ...] = (PLAIN, EAGLE3_10, EAGLE3_60, DFLASH_10)
-# SpecGate on one GPU: every static mode as an engine with an equal memory share.
-AUTO_MODES: tuple[ModeSpec, ...] = STATIC_MODES
+STATIC_MODES: tuple[ModeSpec, ...] = (PLAIN, EAGLE3_10, EAGLE3_60, DFLASH_10, EAGLE3_K3)
+# SpecGate on one GPU: these static modes as engines with an equal memory share (the
+# chain K = 3 is a baseline, not one of auto's engines: docs/simulator.md, "vLLM's
+# chain EAGLE-3").
+AUTO_MODES: tuple[ModeSpec, ...] = (PLAIN, EAGLE3_10, EAGLE3_60, DFLASH_10)
 
 
 @dataclass(frozen=True, slots=True)

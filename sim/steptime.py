@@ -61,12 +61,14 @@ class StepTimeModel:
     def draft_length(mode: ModeSpec, k: int | None) -> int:
         if mode.method is None:
             return 0
-        return mode.depth if k is None else max(0, min(k, mode.depth))
+        if k is None:
+            return mode.fixed_k or mode.depth
+        return max(0, min(k, mode.depth))
 
     @staticmethod
     def shape_of(mode: ModeSpec, k: int) -> tuple[int, int, int]:
         """(verified tokens per sequence, draft passes, tokens per sequence per pass)."""
-        if not mode.per_batch_k:
+        if not mode.per_batch_k and not mode.fixed_k:
             passes = 1 if mode.method == "dflash" else mode.depth
             return mode.verify, passes, mode.width
         if mode.method == "dflash":      # a block of k + 1 drafted in one pass

@@ -15,6 +15,7 @@ from sim.params import (
     EAGLE3_10,
     EAGLE3_60,
     EAGLE3_CHAIN,
+    EAGLE3_K3,
     PLAIN,
     KTableCosts,
     SimParams,
@@ -85,3 +86,20 @@ def test_a_chain_drafter_accepts_less_than_the_tree_the_published_tau_came_from(
     assert engine_tau(EAGLE3_CHAIN, tree, params) == pytest.approx(1 + 0.8 * 2.49)
     assert engine_tau(EAGLE3_10, tree, params) == tree         # the tree itself
     assert engine_tau(DFLASH_CHAIN, tree, params) == tree      # DFlash drafts a block, no tree
+
+
+def test_vllms_static_chain_is_the_k_table_chain_at_k3_without_the_tables_costs() -> None:
+    """``eagle3_chain3`` (vLLM's usual EAGLE-3: a chain of 3, no table, full graphs)
+    drafts three one-token passes and verifies 4 tokens a sequence, like the chain K
+    table at K = 3, but pays neither the piecewise graphs nor anything else of a table;
+    its acceptance is the chain's, solved at the tree's depth and cut at K = 3."""
+    free = StepTimeModel(replace(SimParams(), k_table=KTableCosts(piecewise_graphs=0.0)))
+    assert MODEL.shape_of(EAGLE3_K3, MODEL.draft_length(EAGLE3_K3, None)) == (4, 3, 1)
+    for batch in (1, 32, 128):
+        assert MODEL.step(EAGLE3_K3, StepShape(batch)) == \
+            pytest.approx(free.step(EAGLE3_CHAIN, StepShape(batch, 0, 3)))
+        assert MODEL.step(EAGLE3_K3, StepShape(batch)) < \
+            MODEL.step(EAGLE3_CHAIN, StepShape(batch, 0, 3))
+    tau_chain = engine_tau(EAGLE3_K3, 3.49, SimParams())
+    at_k3 = mean_accepted_length(alpha_for(tau_chain, EAGLE3_K3.depth), 3)
+    assert 1.0 < at_k3 < tau_chain < 3.49
