@@ -103,7 +103,22 @@ class LearnedStats:
         step* (its tokens after the first, less the accepted ones), not per draft:
         see docs/policy.md, "Design notes". ``speculative`` None: a mode that drafted
         anything."""
+        self.observe_acceptance(mode, workload_class, drafts, draft_tokens, accepted,
+                                completion_tokens, now, speculative)
         half_life = self.half_life()
+        out = OutputLengthSums(completion_tokens, 1.0, now)
+        current_out = self.pending.output_length.get(workload_class)
+        self.pending.output_length[workload_class] = out if current_out is None else \
+            current_out.plus(out, now, half_life)
+
+    def observe_acceptance(self, mode: str, workload_class: str, drafts: int,
+                           draft_tokens: int, accepted: int, completion_tokens: int,
+                           now: float, speculative: bool | None = None) -> None:
+        """What one engine served of a request, acceptance only: ``observe`` for a
+        finished request, and on its own for the part a request served on an engine
+        before it moved off it (``service/moves.py``), whose length is not an answer's.
+        Without it, a mode the device group moved away from keeps only the evidence of
+        the requests that finished there, and its prior decides for it from then on."""
         if speculative is None:
             speculative = drafts > 0 or draft_tokens > 0
         steps = max(drafts, completion_tokens - 1 - accepted) if speculative else 0
@@ -112,12 +127,8 @@ class LearnedStats:
             add = AcceptanceSums(steps, draft_tokens, accepted, 1.0, now)
             current = self.pending.acceptance.get(key)
             self.pending.acceptance[key] = add if current is None else \
-                current.plus(add, now, half_life)
+                current.plus(add, now, self.half_life())
         self._dirty.add(workload_class)
-        out = OutputLengthSums(completion_tokens, 1.0, now)
-        current_out = self.pending.output_length.get(workload_class)
-        self.pending.output_length[workload_class] = out if current_out is None else \
-            current_out.plus(out, now, half_life)
 
     # --- for the store sync --------------------------------------------------------
 

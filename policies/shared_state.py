@@ -73,6 +73,7 @@ class SharedPolicyState:
         self.expected_output = self.learned.expected_output
         self.learned_classes = self.learned.learned_classes
         self.observe = self.learned.observe
+        self.observe_acceptance = self.learned.observe_acceptance
 
     def log_decision(self, entry: AuditRecord) -> None:
         if len(self._decisions) == self._decisions.maxlen:

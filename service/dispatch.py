@@ -29,7 +29,7 @@ from policies.base import (
     Policy,
     forced,
 )
-from policies.moves import cost_is_measured
+from policies.moves import cost_is_measured, served_before_move
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from service.admission import Admission, Ticket, queue_full
@@ -166,6 +166,7 @@ class OpenStream:
         self.ticket.release()
         self.ticket = ticket
         self.moves += 1
+        source_tokens = len(self.generated) - self._before_move
         self._before_move = len(self.generated)
         self.pump = self.reopen(target, continuation(self.request, self.generated, self.moves),
                                 ticket)
@@ -173,7 +174,8 @@ class OpenStream:
         self.routing = replace(self.routing, decision=Decision(target, DecisionKind.MOVE,
                                                                leader=target))
         if self.on_moved is not None:
-            self.on_moved(Move(self.request.request_id, source, target, len(self.generated)))
+            self.on_moved(Move(self.request.request_id, source, target, len(self.generated),
+                               source_tokens, self.routing.workload_class))
 
     async def events(self) -> AsyncIterator[GenerationEvent]:
         """Every event up to the terminal one; closes the stream when done or left."""
@@ -389,6 +391,15 @@ class Dispatcher:
     def _moved(self, move: Move) -> None:
         log.info("request %s moved from %s to %s after %d tokens", move.request_id,
                  move.source, move.target, move.tokens_so_far)
+        # What the source served of it teaches the source's acceptance (the request will
+        # not finish there, and vLLM reports its draft counts only when it does).
+        served = served_before_move(self._load(move.source, self.engines[move.source]),
+                                    move.source_tokens)
+        if served is not None:
+            self.state.observe_acceptance(
+                move.source, move.workload_class, drafts=served.drafts,
+                draft_tokens=served.draft_tokens, accepted=served.accepted,
+                completion_tokens=served.tokens, now=self.clock())
         for observer in self.move_observers:
             try:
                 observer(move)

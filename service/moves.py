@@ -42,6 +42,10 @@ class Move:
     source: str
     target: str
     tokens_so_far: int
+    # Tokens the source engine generated for it (since its last move, if any), and
+    # the request's workload class: what the source's acceptance is learned from.
+    source_tokens: int = 0
+    workload_class: str = ""
 
 
 MoveObserver = Callable[[Move], None]

@@ -22,7 +22,7 @@ from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.assemble import decide_auto
 from policies.base import DecisionKind, ModeLoad
-from policies.moves import cost_is_measured
+from policies.moves import cost_is_measured, served_before_move
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
@@ -138,7 +138,16 @@ class PolicyRouter(Router):
             engine.running = [r for r in engine.running if id(r) not in gone]
             engine.waiting = type(engine.waiting)(r for r in engine.waiting
                                                   if id(r) not in gone)
+            load = mode_load(engine, self.clock.now)
             for r in movers:
+                # What the old engine served of it teaches that engine's acceptance, as
+                # the gateway's ``Dispatcher._moved`` does (``policies/moves.py``).
+                served = served_before_move(load, r.generated - r.moved_tokens)
+                if served is not None:
+                    self.state.observe_acceptance(
+                        engine.name, r.cls.name, drafts=served.drafts,
+                        draft_tokens=served.draft_tokens, accepted=served.accepted,
+                        completion_tokens=served.tokens, now=self.clock.now)
                 r.moves += 1
                 r.moved_tokens = r.generated
                 r.moved_drafts = (r.drafts, r.draft_tokens, r.accepted)

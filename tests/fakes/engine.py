@@ -98,11 +98,13 @@ class FakeEngine(Engine):
         self.running.discard(request_id)
 
     def stats(self) -> EngineStats:
-        rate = self._spec.acceptance_rate
+        rate, s = self._spec.acceptance_rate, self._spec
+        length = 1 + s.num_accepted_tokens / s.num_drafts if s.num_drafts else None
         return EngineStats(mode=self.mode, up=self.started, in_flight=len(self.running),
                            running=len(self.running),
                            spec=self._spec if self.speculative else None,
                            recent_acceptance_rate=rate if self.speculative else None,
+                           recent_mean_accepted_length=length if self.speculative else None,
                            step_profile=tuple((b, 0.01, 1) for b in sorted(self._batches)))
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:

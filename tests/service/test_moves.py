@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from engines.events import Finished, TextDelta
 from engines.request import GenerationRequest, SamplingOptions
 from policies.base import Decision, DecisionInput, DecisionKind, Policy
@@ -91,7 +93,7 @@ async def test_a_moved_request_reads_as_one_response() -> None:
     continued = next(r for r in engines["eagle3"].served if r.request_id == "a-m1")
     done = len(continued.prompt_token_ids) - len(PROMPT)
     assert done >= 5 and continued.sampling.max_tokens == 20 - done
-    assert moves == [Move("a", "standard", "eagle3", done)]
+    assert moves == [Move("a", "standard", "eagle3", done, done, "chat")]
     assert dispatcher.in_flight() == {}
 
 
@@ -117,6 +119,29 @@ async def test_the_learned_acceptance_counts_only_what_the_new_mode_served() -> 
     await read(stream)
     mode, _total, moved = next(x for x in learned if x[1] == 20)
     assert mode == "eagle3" and 5 <= moved < 20
+
+
+async def test_the_mode_a_request_moved_off_learns_what_it_served_of_it() -> None:
+    """vLLM reports a request's draft counts only when it finishes; a moved request
+    does not finish on the mode it left, whose acceptance must still grow from it (or
+    a mode the group moved away from is judged on its prior from then on)."""
+    dispatcher, policy, engines, moves = await setup()
+    policy.mode = "eagle3"
+    await read(await open_auto(dispatcher, "w", max_tokens=6))   # the engine's window
+    before = dispatcher.state.acceptance_for("chat", dispatcher.clock())["eagle3"].drafts
+    stream = await open_auto(dispatcher, "a")
+    await read_some(stream, 8)
+    policy.mode = "standard"
+    await open_auto(dispatcher, "b", max_tokens=2)
+    await read(stream)
+    assert moves and moves[0].source == "eagle3" and moves[0].workload_class == "chat"
+    assert moves[0].source_tokens >= 8
+    learned = dispatcher.state.acceptance_for("chat", dispatcher.clock())["eagle3"]
+    window = engines["eagle3"].stats().recent_mean_accepted_length
+    assert window is not None
+    # About source_tokens / window more draft steps than before the move.
+    assert learned.drafts - before >= (moves[0].source_tokens - 1) / window - 1
+    assert learned.mean_accepted_length == pytest.approx(window, rel=0.25)
 
 
 async def test_forced_seeded_and_stopping_requests_finish_where_they_started() -> None:
