@@ -393,13 +393,16 @@ class Dispatcher:
                  move.source, move.target, move.tokens_so_far)
         # What the source served of it teaches the source's acceptance (the request will
         # not finish there, and vLLM reports its draft counts only when it does).
-        served = served_before_move(self._load(move.source, self.engines[move.source]),
-                                    move.source_tokens)
-        if served is not None:
-            self.state.observe_acceptance(
-                move.source, move.workload_class, drafts=served.drafts,
-                draft_tokens=served.draft_tokens, accepted=served.accepted,
-                completion_tokens=served.tokens, now=self.clock())
+        try:  # learning must never fail the stream being moved
+            served = served_before_move(self._load(move.source, self.engines[move.source]),
+                                        move.source_tokens)
+            if served is not None:
+                self.state.observe_acceptance(
+                    move.source, move.workload_class, drafts=served.drafts,
+                    draft_tokens=served.draft_tokens, accepted=served.accepted,
+                    completion_tokens=served.tokens, now=self.clock())
+        except Exception:
+            log.exception("learning from the move of %s failed", move.request_id)
         for observer in self.move_observers:
             try:
                 observer(move)
