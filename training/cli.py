@@ -44,6 +44,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--draft-vocab", type=int, default=8192)
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--eagle3-layers", type=int, default=1,
+                   help="EAGLE-3 depth; a deeper drafter fine-tuned from a shallower one "
+                        "(--init-from) starts as exactly that drafter: its new layers begin "
+                        "as identities")
     p.add_argument("--dflash-layers", type=int, default=2)
     p.add_argument("--dflash-window", type=int, default=32,
                    help="DFlash sliding-window attention span (0: full attention)")
@@ -115,6 +119,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         cfg = TrainConfig(method=method, epochs=args.epochs, lr=args.lr, steps_ahead=k,
                           batch_tokens=args.batch_tokens,
                           dflash_layers=args.dflash_layers, seed=args.seed,
+                          eagle3_layers=args.eagle3_layers,
                           anchors_per_seq=args.dflash_anchors,
                           dflash_window=args.dflash_window or None)
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
@@ -130,13 +135,18 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         trained = time.monotonic()
         # Each run keeps its own state (by method, prompts and starting point): a resumed
         # run must not take a base's or another round's.
-        run_dir = work / (_run_name(method, len(prompts), args.init_from) + slice_tag)
+        deep = method == "eagle3" and cfg.eagle3_layers > 1
+        depth = f"-{cfg.eagle3_layers}layers" if deep else ""
+        run_dir = work / (_run_name(method, len(prompts), args.init_from) + depth + slice_tag)
         metrics = train(cfg, model, examples, run_dir / "state.pt", device)
         save_metrics(run_dir / "metrics.json", cfg, metrics)
         out = args.out / method
         card = {
             "target": target.name, "method": method,
-            "draft tokens (K)": k, "draft vocabulary": f"{vocab.size} ({vocab.coverage:.1%} "
+            "draft tokens (K)": k,
+            **({"layers": cfg.eagle3_layers} if method == "eagle3" else
+               {"layers": cfg.dflash_layers}),
+            "draft vocabulary": f"{vocab.size} ({vocab.coverage:.1%} "
                                                        "of answer tokens)",
             "training samples": len(examples),
             "training tokens": sum(int(e.tokens.numel()) for e in examples),

@@ -1,4 +1,4 @@
-"""EAGLE-3 drafter for training, mirroring vLLM's ``llama_eagle3.py`` (one layer).
+"""EAGLE-3 drafter for training, mirroring vLLM's ``llama_eagle3.py`` (one or more layers).
 
 At position i the drafter reads the target's auxiliary hidden states at i
 (through ``fc``) and the token at i+1, and predicts the token at i+2. Each
@@ -7,6 +7,10 @@ draft token one position later. Training unrolls those steps ("training-time
 test"): step k at index i sees step-0 keys at positions <= i, plus its own
 earlier steps' keys at i, which is exactly what vLLM's KV cache holds when it
 drafts.
+
+Further layers (``Eagle3Shape.layers`` > 1) are plain Llama layers over the first
+one's output, as vLLM stacks them: each keeps its own keys per step under the same
+mask, and the last one's pre-norm output is what the next step reads.
 """
 
 from __future__ import annotations
@@ -31,25 +35,39 @@ class Eagle3Shape:
     rope_theta: float
     num_aux: int
     draft_vocab: int
+    layers: int = 1  # the first reads [embedding, hidden]; the others the residual stream
 
 
 class _Attention(nn.Module):
-    def __init__(self, s: Eagle3Shape) -> None:
+    def __init__(self, s: Eagle3Shape, inputs: int) -> None:
         super().__init__()
         self.s = s
-        self.q_proj = nn.Linear(2 * s.hidden, s.heads * s.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * s.hidden, s.kv_heads * s.head_dim, bias=False)
-        self.v_proj = nn.Linear(2 * s.hidden, s.kv_heads * s.head_dim, bias=False)
+        self.q_proj = nn.Linear(inputs, s.heads * s.head_dim, bias=False)
+        self.k_proj = nn.Linear(inputs, s.kv_heads * s.head_dim, bias=False)
+        self.v_proj = nn.Linear(inputs, s.kv_heads * s.head_dim, bias=False)
         self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False)
 
 
 class _Layer(nn.Module):
+    """The first layer: its attention reads [norm(embedding), hidden_norm(hidden)]."""
+
     def __init__(self, s: Eagle3Shape) -> None:
         super().__init__()
-        self.self_attn = _Attention(s)
+        self.self_attn = _Attention(s, 2 * s.hidden)
         self.mlp = MLP(s.hidden, s.inter)
         self.input_layernorm = RMSNorm(s.hidden, s.eps)
         self.hidden_norm = RMSNorm(s.hidden, s.eps)
+        self.post_attention_layernorm = RMSNorm(s.hidden, s.eps)
+
+
+class _UpperLayer(nn.Module):
+    """A further layer: a plain pre-norm Llama layer over the residual stream."""
+
+    def __init__(self, s: Eagle3Shape) -> None:
+        super().__init__()
+        self.self_attn = _Attention(s, s.hidden)
+        self.mlp = MLP(s.hidden, s.inter)
+        self.input_layernorm = RMSNorm(s.hidden, s.eps)
         self.post_attention_layernorm = RMSNorm(s.hidden, s.eps)
 
 
@@ -60,6 +78,10 @@ class Eagle3Drafter(nn.Module):
         super().__init__()
         self.s = s
         self.midlayer = _Layer(s)
+        # Named as vLLM names them: the first layer is ``midlayer`` (its ``layers.0``),
+        # further ones ``layers.1``, ``layers.2``, ...
+        self.upper = [_UpperLayer(s) for _ in range(1, s.layers)]
+        self.layers = nn.ModuleDict({str(i): m for i, m in enumerate(self.upper, start=1)})
         self.fc = nn.Linear(s.num_aux * s.hidden, s.hidden, bias=False)
         self.norm = RMSNorm(s.hidden, s.eps)
         self.lm_head = nn.Linear(s.hidden, s.draft_vocab, bias=False)
@@ -95,24 +117,35 @@ class Eagle3Drafter(nn.Module):
         b, t = tokens.shape
         pos = torch.arange(t, device=tokens.device).expand(b, t)
         h = self.fc(feats)
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
+        # Per layer, the keys and values of every step so far (vLLM's KV cache).
+        keys: list[list[torch.Tensor]] = [[] for _ in range(s.layers)]
+        values: list[list[torch.Tensor]] = [[] for _ in range(s.layers)]
         outs = []
         for k in range(steps):
             tok_in = _shift(tokens, 1 + k, fill=0)
             emb = layer.input_layernorm(F.embedding(tok_in, self.embed))
-            residual = h
             x = torch.cat([emb, layer.hidden_norm(h)], dim=-1)
-            a = layer.self_attn
-            q = self.rope(a.q_proj(x).view(b, t, s.heads, s.head_dim), pos + k)
-            keys.append(self.rope(a.k_proj(x).view(b, t, s.kv_heads, s.head_dim), pos + k))
-            values.append(a.v_proj(x).view(b, t, s.kv_heads, s.head_dim))
-            attn = _ttt_attention(q, keys, values, s.heads // s.kv_heads)
-            residual = a.o_proj(attn.reshape(b, t, -1)) + residual
-            out = layer.mlp(layer.post_attention_layernorm(residual)) + residual
+            out = self._block(layer, x, h, pos + k, keys[0], values[0])
+            for n, upper in enumerate(self.upper, start=1):
+                x = upper.input_layernorm(out)
+                out = self._block(upper, x, out, pos + k, keys[n], values[n])
             outs.append(out)
             h = out  # the pre-norm output is the next step's hidden state
         return outs
+
+    def _block(self, layer: _Layer | _UpperLayer, x: torch.Tensor, residual: torch.Tensor,
+               pos: torch.Tensor, keys: list[torch.Tensor],
+               values: list[torch.Tensor]) -> torch.Tensor:
+        """Attention (this step's keys appended to the layer's) and MLP, residuals added."""
+        s, a = self.s, layer.self_attn
+        b, t = x.shape[:2]
+        q = self.rope(a.q_proj(x).view(b, t, s.heads, s.head_dim), pos)
+        keys.append(self.rope(a.k_proj(x).view(b, t, s.kv_heads, s.head_dim), pos))
+        values.append(a.v_proj(x).view(b, t, s.kv_heads, s.head_dim))
+        attn = _ttt_attention(q, keys, values, s.heads // s.kv_heads)
+        residual = a.o_proj(attn.reshape(b, t, -1)) + residual
+        out: torch.Tensor = layer.mlp(layer.post_attention_layernorm(residual)) + residual
+        return out
 
 
 def _shift(x: torch.Tensor, by: int, fill: int) -> torch.Tensor:

@@ -32,8 +32,9 @@ def export_drafter(method: str, model: nn.Module, vocab: DraftVocab, target_dir:
     tensors = {k: v.detach().to(torch.bfloat16).contiguous()
                for k, v in model.state_dict().items()}
     tensors["d2t"] = vocab.d2t().contiguous()
-    config = _config(method, t, vocab.size, list(layers), len(getattr(model, "layers", [0])),
-                     block, mask_token_id, window)
+    shape: Any = model.s
+    config = _config(method, t, vocab.size, list(layers), int(shape.layers), block,
+                     mask_token_id, window)
     config["specgate_training"] = card
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
@@ -71,7 +72,7 @@ def _config(method: str, t: TargetShape, draft_vocab: int, layers: list[int], de
     }
     if method == "eagle3":
         return {**base, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-                "num_hidden_layers": 1, "norm_before_residual": False,
+                "num_hidden_layers": depth, "norm_before_residual": False,
                 "eagle_aux_hidden_state_layer_ids": layers,
                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": layers,
                                  "use_aux_hidden_state": True}}

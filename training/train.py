@@ -37,6 +37,7 @@ class TrainConfig:
     max_len: int = 640
     steps_ahead: int = 3  # EAGLE-3: draft tokens per step (K); DFlash: masked slots (K)
     dflash_layers: int = 2
+    eagle3_layers: int = 1
     dflash_window: int | None = 32
     anchors_per_seq: int = 64
     seed: int = 0
@@ -75,7 +76,8 @@ def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: 
     if cfg.method == "eagle3":
         model = Eagle3Drafter(Eagle3Shape(
             t.hidden_size, t.intermediate_size, t.num_attention_heads, t.num_key_value_heads,
-            t.head_dim, t.rms_norm_eps, t.rope_theta, num_aux, vocab.size), embed)
+            t.head_dim, t.rms_norm_eps, t.rope_theta, num_aux, vocab.size, cfg.eagle3_layers),
+            embed)
         layers = {"midlayer": t.num_hidden_layers - 1}
     else:
         model = DFlashDrafter(DFlashShape(
@@ -99,6 +101,13 @@ def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: 
             for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.o_proj",
                          "input_layernorm", "post_attention_layernorm"):
                 own[f"{mine}.{name}.weight"].copy_(w[f"model.layers.{theirs}.{name}.weight"])
+        # EAGLE-3's further layers start as identities (their residual branches
+        # zeroed): the drafter starts as its first layer alone, and a fine-tune from
+        # a shallower drafter starts exactly where that one ended.
+        for name, tensor in own.items():
+            if (cfg.method == "eagle3" and name.startswith("layers.")
+                    and name.endswith(("o_proj.weight", "down_proj.weight"))):
+                tensor.zero_()
     return model
 
 
@@ -108,6 +117,11 @@ def start_from(model: nn.Module, weights: dict[str, torch.Tensor], d2t: torch.Te
     draft tokens both vocabularies hold (the rest keep ``build_model``'s start, so a
     vocabulary rebuilt from new data covers it). Returns the rows carried over."""
     own = model.state_dict()
+    extra = sorted(set(weights) - set(own))
+    if extra:
+        raise ValueError(f"the starting drafter has weights this one lacks ({extra[0]}, ...): "
+                         "is it deeper? Train at its depth (--eagle3-layers / "
+                         "--dflash-layers) or more")
     old_targets = d2t.long() + torch.arange(int(d2t.numel()))
     head = "lm_head.weight"
     with torch.no_grad():

@@ -10,6 +10,7 @@ the engine, so these compare logits numerically on a tiny random model.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -25,9 +26,9 @@ H, HEADS, KV, HD, V = 32, 4, 2, 8, 50
 pytestmark = pytest.mark.timeout(240)
 
 
-def _eagle(std: float = 0.3) -> Eagle3Drafter:
+def _eagle(std: float = 0.3, layers: int = 1) -> Eagle3Drafter:
     torch.manual_seed(0)
-    s = Eagle3Shape(H, 48, HEADS, KV, HD, 1e-5, 10000.0, 3, V)
+    s = Eagle3Shape(H, 48, HEADS, KV, HD, 1e-5, 10000.0, 3, V, layers)
     model = Eagle3Drafter(s, torch.randn(V, H))
     for p in model.parameters():
         if p.dim() == 2:
@@ -46,20 +47,29 @@ def _attend(q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor]) -> 
 def _eagle_reference(m: Eagle3Drafter, tokens: torch.Tensor, feats: torch.Tensor, i: int,
                      steps: int) -> list[torch.Tensor]:
     """vLLM: a first pass over positions 0..i (token j+1, features j), then each
-    draft step one position later, feeding back the pre-norm output."""
-    layer, a, s = m.midlayer, m.midlayer.self_attn, m.s
-    cache_k: list[torch.Tensor] = []
-    cache_v: list[torch.Tensor] = []
+    draft step one position later, feeding back the last layer's pre-norm output.
+    Layers after the first run as vLLM's ``layer_idx > 0`` path: fused add-and-norm
+    of the residual stream, attention over that layer's own cache."""
+    layer, s = m.midlayer, m.s
+    layers: list[Any] = [layer, *m.upper]
+    cache_k: list[list[torch.Tensor]] = [[] for _ in layers]
+    cache_v: list[list[torch.Tensor]] = [[] for _ in layers]
+
+    def block(n: int, x: torch.Tensor, residual: torch.Tensor, pos: int) -> torch.Tensor:
+        a = layers[n].self_attn
+        q = m.rope(a.q_proj(x).view(1, s.heads, s.head_dim), torch.tensor([pos]))[0]
+        k = m.rope(a.k_proj(x).view(1, s.kv_heads, s.head_dim), torch.tensor([pos]))[0]
+        cache_k[n].append(k)
+        cache_v[n].append(a.v_proj(x).view(s.kv_heads, s.head_dim))
+        residual = a.o_proj(_attend(q, cache_k[n], cache_v[n]).reshape(-1)) + residual
+        out: torch.Tensor = layers[n].mlp(layers[n].post_attention_layernorm(residual))
+        return out + residual
 
     def run(tok: int, h: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
         emb = layer.input_layernorm(m.embed[tok])
-        x = torch.cat([emb, layer.hidden_norm(h)])
-        q = m.rope(a.q_proj(x).view(1, s.heads, s.head_dim), torch.tensor([pos]))[0]
-        k = m.rope(a.k_proj(x).view(1, s.kv_heads, s.head_dim), torch.tensor([pos]))[0]
-        cache_k.append(k)
-        cache_v.append(a.v_proj(x).view(s.kv_heads, s.head_dim))
-        residual = a.o_proj(_attend(q, cache_k, cache_v).reshape(-1)) + h
-        out = layer.mlp(layer.post_attention_layernorm(residual)) + residual
+        out = block(0, torch.cat([emb, layer.hidden_norm(h)]), h, pos)
+        for n in range(1, len(layers)):
+            out = block(n, layers[n].input_layernorm(out), out, pos)
         return m.lm_head(m.norm(out)), out
 
     for j in range(i + 1):
@@ -71,8 +81,9 @@ def _eagle_reference(m: Eagle3Drafter, tokens: torch.Tensor, feats: torch.Tensor
     return result
 
 
-def test_eagle3_unrolled_training_matches_step_by_step_drafting() -> None:
-    m = _eagle()
+@pytest.mark.parametrize("layers", [1, 2])
+def test_eagle3_unrolled_training_matches_step_by_step_drafting(layers: int) -> None:
+    m = _eagle(layers=layers)
     t, steps = 12, 3
     tokens = torch.randint(0, V, (1, t))
     feats = torch.randn(1, t, 3 * H)
