@@ -144,8 +144,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         card = {
             "target": target.name, "method": method,
             "draft tokens (K)": k,
-            **({"layers": cfg.eagle3_layers} if method == "eagle3" else
-               {"layers": cfg.dflash_layers}),
+            "layers": cfg.eagle3_layers if method == "eagle3" else cfg.dflash_layers,
             "draft vocabulary": f"{vocab.size} ({vocab.coverage:.1%} "
                                                        "of answer tokens)",
             "training samples": len(examples),

@@ -48,27 +48,23 @@ class _Attention(nn.Module):
         self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False)
 
 
-class _Layer(nn.Module):
-    """The first layer: its attention reads [norm(embedding), hidden_norm(hidden)]."""
-
-    def __init__(self, s: Eagle3Shape) -> None:
-        super().__init__()
-        self.self_attn = _Attention(s, 2 * s.hidden)
-        self.mlp = MLP(s.hidden, s.inter)
-        self.input_layernorm = RMSNorm(s.hidden, s.eps)
-        self.hidden_norm = RMSNorm(s.hidden, s.eps)
-        self.post_attention_layernorm = RMSNorm(s.hidden, s.eps)
-
-
 class _UpperLayer(nn.Module):
     """A further layer: a plain pre-norm Llama layer over the residual stream."""
 
-    def __init__(self, s: Eagle3Shape) -> None:
+    def __init__(self, s: Eagle3Shape, inputs: int | None = None) -> None:
         super().__init__()
-        self.self_attn = _Attention(s, s.hidden)
+        self.self_attn = _Attention(s, inputs or s.hidden)
         self.mlp = MLP(s.hidden, s.inter)
         self.input_layernorm = RMSNorm(s.hidden, s.eps)
         self.post_attention_layernorm = RMSNorm(s.hidden, s.eps)
+
+
+class _Layer(_UpperLayer):
+    """The first layer: its attention reads [norm(embedding), hidden_norm(hidden)]."""
+
+    def __init__(self, s: Eagle3Shape) -> None:
+        super().__init__(s, 2 * s.hidden)
+        self.hidden_norm = RMSNorm(s.hidden, s.eps)
 
 
 class Eagle3Drafter(nn.Module):
@@ -133,7 +129,7 @@ class Eagle3Drafter(nn.Module):
             h = out  # the pre-norm output is the next step's hidden state
         return outs
 
-    def _block(self, layer: _Layer | _UpperLayer, x: torch.Tensor, residual: torch.Tensor,
+    def _block(self, layer: _UpperLayer, x: torch.Tensor, residual: torch.Tensor,
                pos: torch.Tensor, keys: list[torch.Tensor],
                values: list[torch.Tensor]) -> torch.Tensor:
         """Attention (this step's keys appended to the layer's) and MLP, residuals added."""

@@ -104,10 +104,11 @@ def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: 
         # EAGLE-3's further layers start as identities (their residual branches
         # zeroed): the drafter starts as its first layer alone, and a fine-tune from
         # a shallower drafter starts exactly where that one ended.
-        for name, tensor in own.items():
-            if (cfg.method == "eagle3" and name.startswith("layers.")
-                    and name.endswith(("o_proj.weight", "down_proj.weight"))):
-                tensor.zero_()
+        if cfg.method == "eagle3":
+            for name, tensor in own.items():
+                if name.startswith("layers.") and name.endswith(("o_proj.weight",
+                                                                 "down_proj.weight")):
+                    tensor.zero_()
     return model
 
 

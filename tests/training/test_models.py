@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from training.dflash import DFlashDrafter, DFlashShape
 from training.eagle3 import Eagle3Drafter, Eagle3Shape
 from training.layers import repeat_kv
+from training.train import start_from
+from training.vocab import DraftVocab
 
 H, HEADS, KV, HD, V = 32, 4, 2, 8, 50
 # Pure CPU arithmetic, a few seconds alone; on a machine busy with vLLM engines
@@ -79,6 +81,15 @@ def _eagle_reference(m: Eagle3Drafter, tokens: torch.Tensor, feats: torch.Tensor
         logits, out = run(int(tokens[i + 1 + k]), out, i + k)
         result.append(logits)
     return result
+
+
+def test_a_fine_tune_from_a_deeper_drafter_is_refused_with_the_flag_to_use() -> None:
+    shallow, deeper = _eagle(layers=1), _eagle(layers=2)
+    d2t = torch.zeros(V, dtype=torch.long)
+    vocab = DraftVocab(torch.arange(V), torch.arange(V), 1.0)
+    with pytest.raises(ValueError, match="--eagle3-layers"):
+        start_from(shallow, deeper.state_dict(), d2t, vocab)
+    assert start_from(deeper, shallow.state_dict(), d2t, vocab) == V  # growing is fine
 
 
 @pytest.mark.parametrize("layers", [1, 2])
