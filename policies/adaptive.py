@@ -60,16 +60,19 @@ class AdaptivePolicy(Policy):
                                       for load in candidates)) if s.consolidate else marginal
 
         best = costs[0]
-        explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale)
+        held = self._incumbent(inputs, best.mode)
+        previous = next((c for c in costs if c.mode == held), None)
+        holding = previous is not None and previous is not best and \
+            self._hold(inputs, previous, best, groups, scale)
+        serving = previous.mode if holding and previous is not None else best.mode
+        explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale,
+                                 serving)
         if explored is not None:
             return Decision(explored, DecisionKind.EXPLORE, scores=_scores(marginal),
                             leader=best.mode)
 
         scores = _scores(costs)
-        held = self._incumbent(inputs, best.mode)
-        previous = next((c for c in costs if c.mode == held), None)
-        if previous is not None and previous is not best and \
-                self._hold(inputs, previous, best, groups, scale):
+        if holding and previous is not None:
             behind = previous.total_s / best.total_s - 1.0 if best.total_s > 0 else 0.0
             return Decision(previous.mode, DecisionKind.HOLD, margin=behind, scores=scores,
                             leader=best.mode)
@@ -248,11 +251,14 @@ class AdaptivePolicy(Policy):
 
     def _explore(self, inputs: DecisionInput, candidates: list[ModeLoad],
                  marginal: list[ModeCost], costs: list[ModeCost],
-                 groups: Mapping[str, _Group], output: float, scale: float) -> str | None:
-        """Serve a mode other than the best, so that every mode keeps a fresh estimate:
-        first a speculative mode never measured on this class, then (with
-        ``exploration_share``) the stalest one within bounds; only on an idle device
-        group. Why these limits: docs/policy.md, "Design notes"."""
+                 groups: Mapping[str, _Group], output: float, scale: float,
+                 serving: str) -> str | None:
+        """Serve a mode other than ``serving`` (the best, or the mode hysteresis
+        holds), so that every mode keeps a fresh estimate: first a speculative mode
+        never measured on this class, then (with ``exploration_share``) the stale
+        one estimated cheapest within bounds (a leader that hysteresis holds back
+        included: a fresh measurement is what confirms or ends its lead); only on an
+        idle device group. Why these limits: docs/policy.md, "Design notes"."""
         s = self.settings
         if len(marginal) < 2:
             return None
@@ -287,19 +293,15 @@ class AdaptivePolicy(Policy):
         if draw >= s.exploration_share:
             return None
         best = marginal[0]
-        eligible = [c for c in marginal[1:]
-                    if inputs.modes[c.mode].method is not None
+        eligible = [c for c in marginal
+                    if c.mode != serving and inputs.modes[c.mode].method is not None
                     and inputs.modes[c.mode].gpu_group in idle
                     and self._evidence(inputs, c.mode) < s.exploration_fresh_steps
                     and c.total_s <= best.total_s * s.exploration_max_cost_ratio]
         if not eligible:
             return None
 
-        def requests(c: ModeCost) -> float:
-            learned = inputs.acceptance.get(c.mode)
-            return learned.requests if learned is not None else 0.0
-
-        return min(eligible, key=lambda c: (requests(c), c.total_s)).mode
+        return min(eligible, key=lambda c: c.total_s).mode
 
     @staticmethod
     def _evidence(inputs: DecisionInput, mode: str) -> float:

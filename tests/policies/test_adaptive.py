@@ -177,6 +177,55 @@ def test_cold_start_discount_keeps_a_big_batch_off_an_unmeasured_drafter() -> No
     assert AdaptivePolicy().decide(measured).mode == "dflash"
 
 
+def test_a_measured_drafters_thin_evidence_blends_with_the_full_prior() -> None:
+    """The cold-start discount is for a (mode, class) with no evidence at all. Once a
+    mode has been measured, its few (or faded) steps blend with the prior at face
+    value: discounting the prior again would pull a drafter that won a while ago
+    below what it measured, and it would lose on a guess it has already beaten."""
+    from policies.adaptive_settings import MethodPrior
+    from policies.cost import tokens_per_step
+    settings = AdaptiveSettings(prior_draft_steps=20.0, cold_start_discount=0.5,
+                                priors={"eagle3": MethodPrior(mean_accepted_length=2.5,
+                                                              draft_overhead=0.35)})
+    eagle = load("eagle3")
+    thin = LearnedAcceptance(mean_accepted_length=3.5, acceptance_rate=0.6, requests=0.5,
+                             drafts=20.0)
+    # Half evidence, half prior: (3.5 + 2.5) / 2, not (3.5 + 1.75) / 2.
+    assert tokens_per_step(eagle, thin, settings) == pytest.approx(3.0)
+    # Unmeasured, deciding still discounts the prior's gain; exploring does not.
+    assert tokens_per_step(eagle, None, settings) == pytest.approx(1.75)
+    assert tokens_per_step(eagle, None, settings, optimistic=True) == pytest.approx(2.5)
+
+
+def test_exploration_goes_to_the_stale_mode_closest_to_winning() -> None:
+    """With its share of draws, exploration refreshes the stale mode estimated
+    cheapest after the best, the one a fresh measurement could make the winner,
+    not whichever has served the fewest requests (a mode that loses by far on
+    this class would take every exploration and the close runner-up none)."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.05))
+    inputs = case(explore_draw=0.01, acceptance={
+        "dflash": learned(5.0), "eagle3": learned(3.4, requests=2.0),
+        "ngram": learned(1.8, requests=0.5)})
+    costs = policy.decide(replace(inputs, explore_draw=0.5)).scores
+    assert costs["eagle3"] < costs["ngram"]
+    explored = policy.decide(inputs)
+    assert (explored.mode, explored.reason) == ("eagle3", "explore:eagle3")
+
+
+def test_a_leader_held_back_by_hysteresis_is_explored() -> None:
+    """When hysteresis keeps the previous winner, the leader it holds back is what a
+    fresh measurement could confirm: exploration may serve it (the mode being served
+    is the one never explored)."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.05, hysteresis=0.3))
+    inputs = case(previous_mode="eagle3", acceptance={
+        "dflash": learned(3.2, requests=1.0), "eagle3": learned(3.0),
+        "ngram": learned(1.2)})
+    held = policy.decide(replace(inputs, explore_draw=0.5))
+    assert (held.mode, held.leader, held.kind) == ("eagle3", "dflash", DecisionKind.HOLD)
+    explored = policy.decide(replace(inputs, explore_draw=0.01))
+    assert (explored.mode, explored.kind) == ("dflash", DecisionKind.EXPLORE)
+
+
 def test_unmeasured_idle_modes_are_explored_first_and_at_a_boosted_share() -> None:
     policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.03,
                                              unmeasured_exploration_boost=10.0))
