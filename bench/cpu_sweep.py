@@ -7,9 +7,10 @@ flight for c = 1, 2, 4, 8, 16, on two workloads sent as two workload classes:
 * ``copy``: the answer repeats text from the prompt, where n-gram prompt lookup
   drafts well;
 * ``free``: open-ended writing, where the shipped trained EAGLE-3 drafter
-  (its held-out acceptance is in docs/drafters.md) pays at low
-  concurrency and plain decoding at high; n-gram stays close to plain decoding
-  (the small model repeats itself, so prompt lookup matches some of its output).
+  (its held-out acceptance is in docs/drafters.md) is close to the best at low
+  concurrency (on answers this short; it pays on longer ones) and plain decoding
+  wins at high; n-gram stays close to plain decoding (the small model repeats
+  itself, so prompt lookup matches some of its output).
 
 At each (workload, c) the five policies run back to back in one block (the four
 forced modes and ``auto``), in rounds of alternating order, so that machine noise

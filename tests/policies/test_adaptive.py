@@ -177,26 +177,6 @@ def test_cold_start_discount_keeps_a_big_batch_off_an_unmeasured_drafter() -> No
     assert AdaptivePolicy().decide(measured).mode == "dflash"
 
 
-def test_a_measured_drafters_thin_evidence_blends_with_the_full_prior() -> None:
-    """The cold-start discount is for a (mode, class) with no evidence at all. Once a
-    mode has been measured, its few (or faded) steps blend with the prior at face
-    value: discounting the prior again would pull a drafter that won a while ago
-    below what it measured, and it would lose on a guess it has already beaten."""
-    from policies.adaptive_settings import MethodPrior
-    from policies.cost import tokens_per_step
-    settings = AdaptiveSettings(prior_draft_steps=20.0, cold_start_discount=0.5,
-                                priors={"eagle3": MethodPrior(mean_accepted_length=2.5,
-                                                              draft_overhead=0.35)})
-    eagle = load("eagle3")
-    thin = LearnedAcceptance(mean_accepted_length=3.5, acceptance_rate=0.6, requests=0.5,
-                             drafts=20.0)
-    # Half evidence, half prior: (3.5 + 2.5) / 2, not (3.5 + 1.75) / 2.
-    assert tokens_per_step(eagle, thin, settings) == pytest.approx(3.0)
-    # Unmeasured, deciding still discounts the prior's gain; exploring does not.
-    assert tokens_per_step(eagle, None, settings) == pytest.approx(1.75)
-    assert tokens_per_step(eagle, None, settings, optimistic=True) == pytest.approx(2.5)
-
-
 def test_exploration_goes_to_the_stale_mode_closest_to_winning() -> None:
     """With its share of draws, exploration refreshes the stale mode estimated
     cheapest after the best, the one a fresh measurement could make the winner,
