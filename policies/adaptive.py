@@ -61,18 +61,17 @@ class AdaptivePolicy(Policy):
 
         best = costs[0]
         held = self._incumbent(inputs, best.mode)
-        previous = next((c for c in costs if c.mode == held), None)
-        holding = previous is not None and previous is not best and \
-            self._hold(inputs, previous, best, groups, scale)
-        serving = previous.mode if holding and previous is not None else best.mode
+        previous = next((c for c in costs if c.mode == held and c is not best), None)
+        if previous is not None and not self._hold(inputs, previous, best, groups, scale):
+            previous = None                  # no hold: the best is served
         explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale,
-                                 serving)
+                                 (previous or best).mode)
         if explored is not None:
             return Decision(explored, DecisionKind.EXPLORE, scores=_scores(marginal),
                             leader=best.mode)
 
         scores = _scores(costs)
-        if holding and previous is not None:
+        if previous is not None:
             behind = previous.total_s / best.total_s - 1.0 if best.total_s > 0 else 0.0
             return Decision(previous.mode, DecisionKind.HOLD, margin=behind, scores=scores,
                             leader=best.mode)
