@@ -54,7 +54,8 @@ class AdaptivePolicy(Policy):
         scale = plain_scale(inputs.modes, s)
         marginal = self._ranked(inputs, (
             estimate(load, inputs.modes, inputs.prompt_tokens, output,
-                     inputs.acceptance.get(load.mode), s, scale) for load in candidates))
+                     inputs.acceptance.get(load.mode), s, scale,
+                     pooled=inputs.mode_acceptance.get(load.mode)) for load in candidates))
         groups = self._groups(inputs, output)
         costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, scale)
                                       for load in candidates)) if s.consolidate else marginal
@@ -118,7 +119,8 @@ class AdaptivePolicy(Policy):
                 continue
             known = self._learned(inputs, cls)
             tau = tokens_per_step(held, known.acceptance.get(held.mode), s,
-                                  batch=held.batch_size)
+                                  batch=held.batch_size,
+                                  pooled=inputs.mode_acceptance.get(held.mode))
             longest = max(longest, rounds(known.expected_output_tokens or 0.0, tau))
         return step_time(held, 1, s, scale) * longest / 2.0
 
@@ -194,7 +196,8 @@ class AdaptivePolicy(Policy):
             length = known.expected_output_tokens
             assert length is not None
             tau = tokens_per_step(load, known.acceptance.get(load.mode), s,
-                                  batch=load.batch_size)
+                                  batch=load.batch_size,
+                                  pooled=inputs.mode_acceptance.get(load.mode))
             rate = n / max(rounds(length, tau), 1.0)
             rates[cls] = rates.get(cls, 0.0) + rate
             total += n
@@ -230,7 +233,8 @@ class AdaptivePolicy(Policy):
         converges to once new requests follow (docs/policy.md, "Design notes")."""
         group = groups[load.gpu_group]
         return estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
-                            self.settings, scale, optimistic, plain_prefill(inputs.modes))
+                            self.settings, scale, optimistic, plain_prefill(inputs.modes),
+                            inputs.mode_acceptance.get(load.mode))
 
     def _incumbent(self, inputs: DecisionInput, best: str) -> str | None:
         """What hysteresis holds. While the best mode's device group is busy, the

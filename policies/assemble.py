@@ -2,8 +2,9 @@
 
 The gateway's dispatcher and the simulator's router both call ``decide_auto``:
 it gathers what the shared state has learned for the request's class and for the
-classes in flight and what this replica's routing memory holds, asks the policy,
-and records the outcome in that memory (the class's last winner, each device
+classes in flight (and, from that, each mode's acceptance over every class:
+``pooled_acceptance``) and what this replica's routing memory holds, asks the
+policy, and records the outcome in that memory (the class's last winner, each device
 group's cost leader).
 """
 
@@ -11,7 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from policies.base import Decision, DecisionInput, DecisionKind, ModeLoad, Policy
+from policies.base import (
+    Decision,
+    DecisionInput,
+    DecisionKind,
+    ModeLoad,
+    Policy,
+    pooled_acceptance,
+)
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 
@@ -31,7 +39,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         expected_output_tokens=this.expected_output_tokens,
         previous_mode=memory.previous_mode(workload_class), explore_draw=explore_draw,
         in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
-        classes=classes)
+        classes=classes, mode_acceptance=pooled_acceptance(classes))
     decision = policy.decide(inputs)
     if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
         memory.remember(workload_class, decision.mode)

@@ -106,6 +106,28 @@ class DecisionInput:
         default_factory=lambda: MappingProxyType({}))
     classes: Mapping[str, ClassLearned] = field(
         default_factory=lambda: MappingProxyType({}))
+    # Each mode's acceptance over every class together (``pooled_acceptance``): what
+    # its drafter accepts on this hardware, the prior for a class it has little
+    # evidence on. Empty: the published priors alone.
+    mode_acceptance: Mapping[str, LearnedAcceptance] = field(
+        default_factory=lambda: MappingProxyType({}))
+
+
+def pooled_acceptance(classes: Mapping[str, ClassLearned]) -> dict[str, LearnedAcceptance]:
+    """Each mode's learned acceptance over every class, weighted by evidence
+    (verification steps): its drafter's own level, whatever the class."""
+    sums: dict[str, list[float]] = {}
+    for known in classes.values():
+        for mode, a in known.acceptance.items():
+            if a.drafts <= 0:
+                continue
+            acc = sums.setdefault(mode, [0.0, 0.0, 0.0, 0.0])
+            acc[0] += a.drafts
+            acc[1] += a.drafts * a.mean_accepted_length
+            acc[2] += a.drafts * a.acceptance_rate
+            acc[3] += a.requests
+    return {mode: LearnedAcceptance(length / drafts, rate / drafts, requests, drafts)
+            for mode, (drafts, length, rate, requests) in sums.items()}
 
 
 class DecisionKind(StrEnum):

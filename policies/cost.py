@@ -45,7 +45,8 @@ class ModeCost:
 
 def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
                     settings: AdaptiveSettings, optimistic: bool = False,
-                    batch: float | None = None) -> float:
+                    batch: float | None = None,
+                    pooled: LearnedAcceptance | None = None) -> float:
     """Prior blended with measurements, weighted by how much evidence there is.
 
     The prior is the method's, discounted by ``cold_start_discount`` unless
@@ -57,6 +58,14 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     embedded CPU drafters accept (τ 1.5-1.8); blended with the full prior, one
     request's evidence of a drafter at τ 1.45 reads 2.2 instead of 1.7, enough to
     take it for better than plain decoding on the CPU (docs/policy.md).
+
+    Once the mode has evidence on any class (``pooled``: its acceptance over every
+    class), that is what its drafter accepts on this hardware, and the discounted
+    prior is blended with it by the same weight before it meets the class's own
+    evidence: a class the mode has seldom served (or whose evidence has faded) reads
+    near the mode's measured level, not near a published figure for another model —
+    higher than the discounted prior for a strong drafter, lower for the embedded
+    CPU ones (docs/policy.md, "pooled prior").
 
     At ``batch``, an engine with a K table drafts the K its table gives: none at
     K = 0, and never more than ``1 + K`` tokens a step (what was learned at a
@@ -71,6 +80,9 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     prior_tau = min(prior.mean_accepted_length, cap)
     if not optimistic:
         prior_tau = 1.0 + (prior_tau - 1.0) * (1.0 - settings.cold_start_discount)
+        if pooled is not None and pooled.drafts > 0:
+            w = pooled.drafts / (pooled.drafts + settings.prior_draft_steps)
+            prior_tau = min(cap, w * pooled.mean_accepted_length + (1 - w) * prior_tau)
     if learned is not None and learned.drafts > 0:
         w = learned.drafts / (learned.drafts + settings.prior_draft_steps)
         return min(cap, max(1.0, w * learned.mean_accepted_length + (1 - w) * prior_tau))
@@ -152,10 +164,12 @@ def plain_scale(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> fl
 
 def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: int,
              output_tokens: float, learned: LearnedAcceptance | None,
-             settings: AdaptiveSettings, scale: float, optimistic: bool = False) -> ModeCost:
-    """The marginal cost: this request joins ``candidate`` beside the others as they are."""
+             settings: AdaptiveSettings, scale: float, optimistic: bool = False,
+             pooled: LearnedAcceptance | None = None) -> ModeCost:
+    """The marginal cost: this request joins ``candidate`` beside the others as they are
+    (``pooled``: see ``tokens_per_step``)."""
     tau = tokens_per_step(candidate, learned, settings, optimistic,
-                          batch=candidate.batch_size + 1)
+                          batch=candidate.batch_size + 1, pooled=pooled)
     group = [m for m in modes.values() if m.gpu_group == candidate.gpu_group and m.up]
     others = sum(step_time(m, m.batch_size, settings, scale)
                  for m in group if m.mode != candidate.mode)
@@ -181,7 +195,8 @@ class ClassShare:
 def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassShare],
                  prompt_tokens: int, settings: AdaptiveSettings, scale: float,
                  optimistic: bool = False,
-                 plain: float | None = None) -> ModeCost:
+                 plain: float | None = None,
+                 pooled: LearnedAcceptance | None = None) -> ModeCost:
     """The mean cost of a request of the group's mix (``shares``, this request's first)
     if the whole group (``group_batch``, this request included) ran on ``candidate``.
 
@@ -201,7 +216,7 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
     tau = 1.0
     for i, share in enumerate(shares):
         t = tokens_per_step(candidate, share.learned.get(candidate.mode), settings,
-                            optimistic and i == 0, batch=group_batch)
+                            optimistic and i == 0, batch=group_batch, pooled=pooled)
         if i == 0:
             tau = t
         total += share.weight * rounds(share.output_tokens, t)

@@ -88,10 +88,10 @@ MISSED_WHY = {
         "100, a baseline since stop 20; against DFlash (3,028), the best static before it, "
         "auto is 1.16x. The per-phase oracle (the fastest static mode in each phase, "
         "switching for free) is only 1.11x the chain (3,665 tok/s), so 1.15x is out of "
-        "reach of any choice among these engines, one at a time; auto reaches 0.955 of "
-        "it at seed 100, losing at c = 128 (plain decoding is faster, the lead flickers "
-        "and the chain is held) and on chat at c = 1-2 (the wide tree is faster, its "
-        "faded evidence blends with a discounted prior): docs/simulator.md."),
+        "reach of any choice among these engines, one at a time; auto reaches 0.988 of "
+        "it at seed 100 (0.955 before stop 23's pooled prior), losing most at c = 128 "
+        "(plain decoding is faster, the lead flickers and the chain is held): "
+        "docs/simulator.md."),
     "mixed_vs_best_single": (
         "the same chain EAGLE-3 K = 3 engine (static, full graphs) is the best single "
         "engine: the K tables pay their costs, and K = 3 is what their best table picks "

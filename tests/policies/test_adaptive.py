@@ -177,6 +177,22 @@ def test_cold_start_discount_keeps_a_big_batch_off_an_unmeasured_drafter() -> No
     assert AdaptivePolicy().decide(measured).mode == "dflash"
 
 
+def test_a_drafter_measured_well_elsewhere_is_not_judged_by_its_discounted_prior() -> None:
+    """A class DFlash has barely served (or whose evidence has faded) reads near what
+    DFlash measures on every class together: strong there, it wins the class from an
+    EAGLE-3 measured at 2.6; weak there, it does not; with nothing measured anywhere,
+    the discounted prior keeps the measured EAGLE-3."""
+    inputs = case(acceptance={"dflash": LearnedAcceptance(3.0, 0.5, 0.2, 10),
+                              "eagle3": learned(2.6), "ngram": learned(1.1)})
+    policy = AdaptivePolicy()
+    assert policy.decide(inputs).mode == "eagle3"
+    level = {"eagle3": learned(2.6), "ngram": learned(1.1)}
+    strong = replace(inputs, mode_acceptance={**level, "dflash": learned(3.6, 80)})
+    weak = replace(inputs, mode_acceptance={**level, "dflash": learned(1.5, 80)})
+    assert policy.decide(strong).mode == "dflash"
+    assert policy.decide(weak).mode == "eagle3"
+
+
 def test_exploration_goes_to_the_stale_mode_closest_to_winning() -> None:
     """With its share of draws, exploration refreshes the stale mode estimated
     cheapest after the best, the one a fresh measurement could make the winner,

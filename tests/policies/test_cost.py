@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from policies.adaptive_settings import AdaptiveSettings
-from policies.base import LearnedAcceptance, ModeLoad
+from policies.base import ClassLearned, LearnedAcceptance, ModeLoad, pooled_acceptance
 from policies.cost import estimate, step_time, tokens_per_step
 
 SETTINGS = AdaptiveSettings()
@@ -55,3 +57,35 @@ def test_a_request_is_priced_at_the_k_of_the_batch_it_joins() -> None:
     small = {"eagle3": eagle3(batch=0)}
     alone = estimate(small["eagle3"], small, 100, 200, LEARNED, SETTINGS, 1.0)
     assert alone.tokens_per_step > 3.0
+
+
+def test_a_class_seldom_served_reads_near_the_modes_level_on_every_class() -> None:
+    """Thin (or faded) evidence on a class blends with the prior. Once the mode has
+    been measured on other classes, the discounted published prior gives way to that
+    measured level: up for a drafter that accepts more, down for a weak one. Exploring
+    keeps the full published prior (it is how a guess gets measured at all)."""
+    load = eagle3(table=())
+    thin = LearnedAcceptance(3.4, 0.6, requests=1, drafts=20)
+    strong = LearnedAcceptance(3.6, 0.65, requests=200, drafts=8000)
+    weak = LearnedAcceptance(1.5, 0.15, requests=200, drafts=8000)
+    alone = tokens_per_step(load, thin, SETTINGS, batch=1)
+    assert tokens_per_step(load, thin, SETTINGS, batch=1, pooled=strong) > alone + 0.3
+    assert tokens_per_step(load, None, SETTINGS, batch=1, pooled=weak) < \
+        tokens_per_step(load, None, SETTINGS, batch=1) - 0.2
+    assert tokens_per_step(load, None, SETTINGS, optimistic=True, batch=1, pooled=weak) == \
+        tokens_per_step(load, None, SETTINGS, optimistic=True, batch=1)
+
+
+def test_a_modes_level_weights_each_class_by_its_evidence() -> None:
+    classes = {
+        "math": ClassLearned({"eagle3": LearnedAcceptance(4.0, 0.75, 10, 300)}),
+        "chat": ClassLearned({"eagle3": LearnedAcceptance(2.0, 0.25, 10, 100),
+                              "dflash": LearnedAcceptance(2.5, 0.4, 1, 40)}),
+        "code": ClassLearned(),
+    }
+    pooled = pooled_acceptance(classes)
+    assert pooled["eagle3"].mean_accepted_length == pytest.approx(3.5)
+    assert pooled["eagle3"].acceptance_rate == pytest.approx(0.625)
+    assert (pooled["eagle3"].drafts, pooled["eagle3"].requests) == (400, 20)
+    assert pooled["dflash"].mean_accepted_length == 2.5
+    assert set(pooled) == {"eagle3", "dflash"}
