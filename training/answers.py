@@ -183,6 +183,11 @@ def _known_answers(path: Path | None) -> dict[str, Sample]:
         return {s.id: s for s in (Sample(**json.loads(line)) for line in f if line.strip())}
 
 
+def known_answer_ids(path: Path | None, skip: set[str] | None = None) -> list[list[int]]:
+    """The answer token ids of every known answer (less those in ``skip``)."""
+    return [s.answer_ids for k, s in _known_answers(path).items() if k not in (skip or ())]
+
+
 def save_known_answers(samples: Sequence[Sample], path: Path) -> None:
     """Write answers for reuse by ``known`` (sorted by id, so the file diffs well)."""
     path.parent.mkdir(parents=True, exist_ok=True)

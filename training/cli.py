@@ -61,6 +61,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--init-from", type=Path,
                    help="fine-tune: start from this exported drafter's weights and draft "
                         "vocabulary (one --method only) instead of the target's layers")
+    p.add_argument("--keep-vocab", action="store_true",
+                   help="with --init-from: keep every draft token of the starting drafter "
+                        "(its output rows carry over whole) and grow to --draft-vocab with "
+                        "the tokens the target says most across all answers held (this "
+                        "run's and --known-answers'); without it the vocabulary is rebuilt "
+                        "from this run's answers")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--answers-engine", choices=["auto", "vllm", "transformers"],
                    default="auto", help="what generates the target's answers: vLLM (the "
@@ -68,6 +74,11 @@ def add_parser(sub: Any) -> None:
                    "without a vLLM build)")
     p.add_argument("--answers-batch", type=int, default=64,
                    help="prompts per answer-generation batch")
+    p.add_argument("--distill", type=float, default=0.0,
+                   help="weight (0-1) of distillation: the drafter also learns the "
+                        "target's whole next-token distribution over the draft vocabulary, "
+                        "not only its greedy token (features then hold the target's final "
+                        "hidden state: the whole target runs in stage 2)")
     p.add_argument("--batch-tokens", type=int, default=6144,
                    help="tokens per training step (raise with the learning rate on a GPU)")
 
@@ -107,11 +118,17 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                                known=known, engine=args.answers_engine,
                                batch=args.answers_batch, device=device)
     print(f"[2/4] features: layers {layers} on {device}", flush=True)
+    if not 0.0 <= args.distill <= 1.0:
+        raise SystemExit(f"--distill takes a weight from 0 to 1, not {args.distill}")
     shards = extract_features(target, samples, work / f"features{slice_tag}", layers=layers,
-                              device=device)
+                              device=device, final=args.distill > 0)
     if args.init_from and args.method == "both":
         raise SystemExit("--init-from takes one --method (eagle3 or dflash), not both")
-    vocab = _vocab(work, samples, args.draft_vocab, target, slice_tag)
+    if args.keep_vocab and not args.init_from:
+        raise SystemExit("--keep-vocab keeps the vocabulary of the --init-from drafter: "
+                         "give one")
+    vocab = _vocab(work, samples, args.draft_vocab, target, slice_tag,
+                   args.init_from if args.keep_vocab else None, known)
     print(f"      draft vocabulary {vocab.size}: covers {vocab.coverage:.1%} of answer tokens")
     mask_id = special_token_id(target, MASK_TOKEN)
     for method in (["eagle3", "dflash"] if args.method == "both" else [args.method]):
@@ -121,9 +138,10 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                           dflash_layers=args.dflash_layers, seed=args.seed,
                           eagle3_layers=args.eagle3_layers,
                           anchors_per_seq=args.dflash_anchors,
-                          dflash_window=args.dflash_window or None)
+                          dflash_window=args.dflash_window or None,
+                          distill=args.distill)
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
-        examples = load_examples(shards, vocab, cfg.max_len)
+        examples = load_examples(shards, vocab, cfg.max_len, final=cfg.distill > 0)
         model = build_model(cfg, target, vocab, len(layers), mask_id)
         if args.init_from:
             from training.export import read_drafter
@@ -137,6 +155,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         # run must not take a base's or another round's.
         deep = method == "eagle3" and cfg.eagle3_layers > 1
         depth = f"-{cfg.eagle3_layers}layers" if deep else ""
+        depth += f"-distill{cfg.distill:g}" if cfg.distill > 0 else ""
         run_dir = work / (_run_name(method, len(prompts), args.init_from) + depth + slice_tag)
         metrics = train(cfg, model, examples, run_dir / "state.pt", device)
         save_metrics(run_dir / "metrics.json", cfg, metrics)
@@ -150,6 +169,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
             "training samples": len(examples),
             "training tokens": sum(int(e.tokens.numel()) for e in examples),
             "epochs": args.epochs, "learning rate": args.lr, "seed": args.seed,
+            **({"distillation weight": args.distill} if args.distill > 0 else {}),
             **({"initialised from": args.init_from.name} if args.init_from else {}),
             "target layers read": layers,
             "training time (this stage)": f"{time.monotonic() - trained:.0f} s on {device}",
@@ -168,22 +188,40 @@ def _run_name(method: str, prompts: int, init_from: Path | None) -> str:
     return f"{method}-n{prompts}-from-{init_from.name}-{origin}"
 
 
-def _vocab(work: Path, samples: Any, size: int, target: Path, tag: str = "") -> Any:
+def _vocab(work: Path, samples: Any, size: int, target: Path, tag: str = "",
+           init_from: Path | None = None, known: Path | None = None) -> Any:
     """Built once per sample set and saved, so a resumed run trains on the same
-    vocabulary (and a run on more prompts builds its own)."""
+    vocabulary (and a run on more prompts builds its own).
+
+    By default the most frequent tokens of this run's answers. ``init_from`` (a fine-tune
+    with ``--keep-vocab``) keeps every token of the starting drafter instead, grown to
+    ``size`` with the most frequent others over all the answers held (this run's and
+    the ``known`` ones): the new rows are the tokens the target says most often anywhere,
+    not only in this run's slice."""
     import torch
     from safetensors.torch import load_file, save_file
 
+    from training.answers import known_answer_ids
     from training.vocab import DraftVocab, build_vocab
 
-    path = work / f"vocab-{size}-n{len(samples)}{tag}.safetensors"
+    cfg = json.loads((target / "config.json").read_text())
+    eos = cfg.get("eos_token_id", 2)
+    always = [eos] if isinstance(eos, int) else list(eos)
+    answers = [s.answer_ids for s in samples]
+    grow = ""
+    if init_from is not None:
+        d2t = load_file(str(init_from / "model.safetensors"))["d2t"].long()
+        if d2t.numel() > size:
+            raise SystemExit(f"--keep-vocab: {init_from} proposes {d2t.numel()} draft tokens, "
+                             f"more than --draft-vocab {size}")
+        always += (d2t + torch.arange(int(d2t.numel()))).tolist()
+        answers += known_answer_ids(known, skip={s.id for s in samples})
+        grow = f"-kept{d2t.numel()}-{hashlib.sha1(d2t.numpy().tobytes()).hexdigest()[:8]}"
+    path = work / f"vocab-{size}-n{len(samples)}{tag}{grow}.safetensors"
     if path.exists():
         t = load_file(str(path))
         return DraftVocab(t["draft_to_target"], t["target_to_draft"], float(t["coverage"]))
-    cfg = json.loads((target / "config.json").read_text())
-    eos = cfg.get("eos_token_id", 2)
-    vocab = build_vocab((s.answer_ids for s in samples), size, cfg["vocab_size"],
-                        always=[eos] if isinstance(eos, int) else eos)
+    vocab = build_vocab(answers, size, cfg["vocab_size"], always=always)
     save_file({"draft_to_target": vocab.draft_to_target,
                "target_to_draft": vocab.target_to_draft,
                "coverage": torch.tensor(vocab.coverage)}, str(path))

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.layers import MLP, RMSNorm, Rope, masked_ce
+from training.layers import MLP, RMSNorm, Rope, distill_ce
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class _Layer(_UpperLayer):
 
 class Eagle3Drafter(nn.Module):
     embed: torch.Tensor
+    teacher_head: torch.Tensor | None
 
     def __init__(self, s: Eagle3Shape, embed: torch.Tensor) -> None:
         super().__init__()
@@ -82,21 +83,38 @@ class Eagle3Drafter(nn.Module):
         self.norm = RMSNorm(s.hidden, s.eps)
         self.lm_head = nn.Linear(s.hidden, s.draft_vocab, bias=False)
         self.register_buffer("embed", embed, persistent=False)  # the target's, frozen
+        # The target's output head over the draft vocabulary, for distillation only
+        # (``set_teacher``); never exported.
+        self.register_buffer("teacher_head", None, persistent=False)
         self.rope = Rope(s.head_dim, s.rope_theta)
 
+    def set_teacher(self, head: torch.Tensor) -> None:
+        """head [V_draft, H]: the target's output rows for the draft tokens."""
+        self.teacher_head = head
+
     def forward(self, tokens: torch.Tensor, feats: torch.Tensor, labels: torch.Tensor,
-                steps: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+                steps: int, final: torch.Tensor | None = None,
+                distill: float = 0.0) -> tuple[torch.Tensor,
+                                               list[tuple[torch.Tensor, torch.Tensor]]]:
         """tokens [B, T] target ids; feats [B, T, A*H]; labels [B, T] draft ids (-1: no loss)
-        where labels[:, j] is the draft id of tokens[:, j].
+        where labels[:, j] is the draft id of tokens[:, j]; final [B, T, H] the target's
+        normed last hidden state (its logits at j predict token j+1), read with weight
+        ``distill`` through ``teacher_head``.
 
         Returns the weighted loss and per step (summed loss, correct count)."""
         total = feats.new_zeros(())
         per_step = []
+        soft = final is not None and distill > 0 and self.teacher_head is not None
         for k, out in enumerate(self._outputs(tokens, feats, steps)):
             target = _shift(labels, 2 + k, fill=-1)
             keep = target >= 0
             # The output head (the drafter's largest matrix) only where a label is.
-            loss, correct = masked_ce(self.lm_head(self.norm(out[keep])), target[keep])
+            teacher = None
+            if soft:
+                assert final is not None and self.teacher_head is not None
+                teacher = _shift(final, 1 + k, fill=0)[keep].float() @ self.teacher_head.T
+            loss, correct = distill_ce(self.lm_head(self.norm(out[keep])), target[keep],
+                                       teacher, distill)
             per_step.append((loss.detach(), correct))
             total = total + loss * (0.8 ** k)
         return total, per_step

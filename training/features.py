@@ -7,6 +7,9 @@ Computed from the float32 target (the embedded default's served precision), with
 matrix products in bf16 where the hardware has bf16 units (``training.device``:
 GPUs, AMX CPUs; the residual stream stays float32), stored as fp16, one
 safetensors shard per ``shard_size`` samples; a rerun skips shards already written.
+With ``final``, each shard also holds the target's normed last hidden state (its
+logits, through the output head, are the teacher for distillation); the whole
+target then runs, not only the layers read.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Shard:
     feats: torch.Tensor  # [N, len(layers) * hidden] fp16
     offsets: list[int]
     prompt_lens: list[int]
+    final: torch.Tensor | None = None  # [N, hidden] fp16, where extracted with ``final``
 
     def __len__(self) -> int:
         return len(self.prompt_lens)
@@ -46,32 +50,36 @@ class Shard:
         a, b = self.offsets[i], self.offsets[i + 1]
         return self.tokens[a:b], self.feats[a:b], self.prompt_lens[i]
 
+    def final_of(self, i: int) -> torch.Tensor | None:
+        return None if self.final is None else self.final[self.offsets[i]:self.offsets[i + 1]]
+
 
 def extract_features(model_dir: Path, samples: Sequence[Sample], out_dir: Path, *,
                      layers: Sequence[int], shard_size: int = 128, batch_tokens: int = 4096,
-                     device: str = "cpu") -> list[Path]:
+                     device: str = "cpu", final: bool = False) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     shards = [samples[i:i + shard_size] for i in range(0, len(samples), shard_size)]
     paths = [out_dir / f"shard-{n:04d}.safetensors" for n in range(len(shards))]
     # A shard is reused only if it holds these samples at these layers: a rerun with
-    # more prompts refills a last shard that was short, another layer set redoes all.
+    # more prompts refills a last shard that was short, another layer set redoes all,
+    # and one without the final state is redone where it is asked for.
     todo = [(p, s) for p, s in zip(paths, shards, strict=True)
-            if _stamp(s, layers) != _stamp_of(p)]
+            if not _reusable(_stamp(s, layers, final), _stamp_of(p))]
     if not todo:
         return paths
-    model = _target(model_dir, device, keep_layers=max(layers) + 1)
+    model = _target(model_dir, device, keep_layers=None if final else max(layers) + 1)
     total = sum(len(x.prompt_ids) + len(x.answer_ids) for _, s in todo for x in s)
     bar = Progress("features", total=total, unit="tok")
     began, seen = time.monotonic(), 0
     for path, shard in todo:
-        feats: list[torch.Tensor] = []
+        feats: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         for group in _length_batches(shard, batch_tokens):
-            feats += _forward(model, group, layers, device)
+            feats += _forward(model, group, layers, device, final)
             n = sum(len(x.prompt_ids) + len(x.answer_ids) for x in group)
             seen += n
             bar.advance(n, note=f"{seen / (time.monotonic() - began):.0f} tok/s")
         order = {id(x): f for x, f in zip(_length_sorted(shard), feats, strict=True)}
-        _save(path, shard, [order[id(x)] for x in shard], layers)
+        _save(path, shard, [order[id(x)] for x in shard], layers, final)
     bar.close()
     return paths
 
@@ -81,18 +89,21 @@ def load_shard(path: Path) -> Shard:
 
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()["specgate"])
+        final = f.get_tensor("final") if "final" in f.keys() else None
         return Shard(f.get_tensor("tokens"), f.get_tensor("feats"), meta["offsets"],
-                     meta["prompt_lens"])
+                     meta["prompt_lens"], final)
 
 
-def _target(model_dir: Path, device: str, keep_layers: int) -> Any:
+def _target(model_dir: Path, device: str, keep_layers: int | None) -> Any:
     """The target in float32, as the embedded default serves it, cut after the last layer
-    read: layers above it cannot change the features (one more is kept so that entry
-    ``max(layers)`` is a plain residual stream, never the final norm's output)."""
+    read unless the final state is wanted (``keep_layers`` None): layers above it cannot
+    change the features (one more is kept so that entry ``max(layers)`` is a plain
+    residual stream, never the final norm's output)."""
     from transformers import AutoModelForCausalLM
 
     model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    model.model.layers = model.model.layers[:keep_layers]
+    if keep_layers is not None:
+        model.model.layers = model.model.layers[:keep_layers]
     return model.to(device).eval()
 
 
@@ -113,8 +124,8 @@ def _length_batches(shard: Sequence[Sample], batch_tokens: int) -> Iterator[list
 
 
 @torch.inference_mode()
-def _forward(model: Any, group: list[Sample], layers: Sequence[int],
-             device: str) -> list[torch.Tensor]:
+def _forward(model: Any, group: list[Sample], layers: Sequence[int], device: str,
+             final: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     seqs = [x.prompt_ids + x.answer_ids for x in group]
     width = max(map(len, seqs))
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
@@ -127,11 +138,21 @@ def _forward(model: Any, group: list[Sample], layers: Sequence[int],
         out = model.model(input_ids=ids.to(device), attention_mask=mask.to(device),
                           output_hidden_states=True)
     stacked = torch.cat([out.hidden_states[k] for k in layers], dim=-1)
-    return [stacked[i, :len(s)].to("cpu", torch.float16) for i, s in enumerate(seqs)]
+    last = out.last_hidden_state  # after the final norm: logits = lm_head(last)
+    return [(stacked[i, :len(s)].to("cpu", torch.float16),
+             last[i, :len(s)].to("cpu", torch.float16) if final else None)
+            for i, s in enumerate(seqs)]
 
 
-def _stamp(shard: Sequence[Sample], layers: Sequence[int]) -> dict[str, Any]:
-    return {"ids": [x.id for x in shard], "layers": list(layers)}
+def _stamp(shard: Sequence[Sample], layers: Sequence[int], final: bool) -> dict[str, Any]:
+    return {"ids": [x.id for x in shard], "layers": list(layers), "final": final}
+
+
+def _reusable(wanted: dict[str, Any], have: dict[str, Any] | None) -> bool:
+    """Same samples and layers, and the final state where it is wanted (one that has
+    it serves a run that does not need it)."""
+    return (have is not None and have["ids"] == wanted["ids"]
+            and have["layers"] == wanted["layers"] and (have["final"] or not wanted["final"]))
 
 
 def _stamp_of(path: Path) -> dict[str, Any] | None:
@@ -141,20 +162,24 @@ def _stamp_of(path: Path) -> dict[str, Any] | None:
 
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()["specgate"])
-    return {"ids": meta.get("ids"), "layers": meta.get("layers")}
+    return {"ids": meta.get("ids"), "layers": meta.get("layers"),
+            "final": bool(meta.get("final", False))}
 
 
-def _save(path: Path, shard: Sequence[Sample], feats: list[torch.Tensor],
-          layers: Sequence[int]) -> None:
+def _save(path: Path, shard: Sequence[Sample],
+          feats: list[tuple[torch.Tensor, torch.Tensor | None]], layers: Sequence[int],
+          final: bool) -> None:
     from safetensors.torch import save_file
 
     offsets = [0]
-    for f in feats:
+    for f, _ in feats:
         offsets.append(offsets[-1] + f.shape[0])
     tokens = torch.tensor([t for x in shard for t in x.prompt_ids + x.answer_ids])
     meta = {"offsets": offsets, "prompt_lens": [len(x.prompt_ids) for x in shard],
-            **_stamp(shard, layers)}
+            **_stamp(shard, layers, final)}
+    tensors = {"tokens": tokens, "feats": torch.cat([f for f, _ in feats]).contiguous()}
+    if final:
+        tensors["final"] = torch.cat([g for _, g in feats if g is not None]).contiguous()
     tmp = path.with_suffix(".tmp")
-    save_file({"tokens": tokens, "feats": torch.cat(feats).contiguous()}, str(tmp),
-              metadata={"specgate": json.dumps(meta)})
+    save_file(tensors, str(tmp), metadata={"specgate": json.dumps(meta)})
     tmp.replace(path)

@@ -68,3 +68,23 @@ def masked_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     loss = F.cross_entropy(picked, target, reduction="sum")
     correct = (picked.argmax(-1) == target).sum()
     return loss, correct
+
+
+def distill_ce(logits: torch.Tensor, labels: torch.Tensor, teacher: torch.Tensor | None,
+               weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed loss and correct-argmax count over rows whose label is >= 0: cross-entropy
+    on the labels (the target's greedy tokens), mixed at ``weight`` with the soft
+    cross-entropy against the teacher's distribution over the draft vocabulary
+    (``teacher``: the target's logits restricted to it, rows aligned with ``logits``).
+    The soft term tells the drafter how sure the target was and what it nearly said,
+    which one-hot labels do not."""
+    hard, correct = masked_ce(logits, labels)
+    if teacher is None or weight <= 0.0:
+        return hard, correct
+    keep = labels >= 0
+    if not keep.any():
+        return hard, correct
+    student = F.log_softmax(logits[keep].float(), dim=-1)
+    target = F.softmax(teacher[keep].float(), dim=-1)
+    soft = -(target * student).sum()
+    return (1.0 - weight) * hard + weight * soft, correct

@@ -43,6 +43,9 @@ class TrainConfig:
     seed: int = 0
     save_every: int = 25
     val_fraction: float = 0.04
+    # Weight of the soft term (the target's distribution over the draft vocabulary)
+    # against the target's greedy token; needs features extracted with the final state.
+    distill: float = 0.0
 
 
 @dataclass
@@ -50,18 +53,25 @@ class Example:
     tokens: torch.Tensor
     feats: torch.Tensor
     labels: torch.Tensor
+    final: torch.Tensor | None = None  # the target's normed last hidden state
 
 
-def load_examples(shards: Sequence[Path], vocab: DraftVocab, max_len: int) -> list[Example]:
+def load_examples(shards: Sequence[Path], vocab: DraftVocab, max_len: int,
+                  final: bool = False) -> list[Example]:
     out = []
     for path in shards:
         shard = load_shard(path)
+        if final and shard.final is None:
+            raise ValueError(f"{path} holds no final hidden states: extract features with "
+                             "final=True to distill")
         for i in range(len(shard)):
             tokens, feats, prompt_len = shard.sample(i)
             tokens, feats = tokens[:max_len], feats[:max_len]
             labels = vocab.to_draft(tokens)
             labels[:prompt_len] = -1  # the drafter only ever proposes answer tokens
-            out.append(Example(tokens, feats, labels))
+            last = shard.final_of(i) if final else None
+            out.append(Example(tokens, feats, labels,
+                               None if last is None else last[:max_len]))
     return out
 
 
@@ -92,6 +102,9 @@ def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: 
     for p in model.parameters():
         if p.dim() == 2:
             nn.init.normal_(p, std=0.02)
+    if cfg.distill > 0:
+        head = w.get("lm_head.weight", w["model.embed_tokens.weight"]).float()
+        model.set_teacher(head[vocab.draft_to_target])
     own = model.state_dict()
     with torch.no_grad():
         if cfg.method == "eagle3":
@@ -214,15 +227,15 @@ def evaluate(cfg: TrainConfig, model: nn.Module, val: list[Example],
 def _loss(cfg: TrainConfig, model: nn.Module, batch: list[Example], device: str,
           rng: random.Random, raw: tuple[torch.Tensor, torch.Tensor] | None = None,
           ) -> tuple[torch.Tensor, list[float], int]:
-    tokens, feats, labels = _pad(batch, device)
+    tokens, feats, labels, final = _pad(batch, device)
     kind = device.split(":")[0]
     with torch.autocast(device_type=kind, dtype=torch.bfloat16, enabled=bf16_autocast(device)):
         if cfg.method == "eagle3":
-            loss, per = model(tokens, feats, labels, cfg.steps_ahead)
+            loss, per = model(tokens, feats, labels, cfg.steps_ahead, final, cfg.distill)
             counts = [int((_shifted(labels, 2 + k) >= 0).sum()) for k in range(cfg.steps_ahead)]
         else:
             anchors = _anchors(batch, cfg.anchors_per_seq, cfg.steps_ahead, rng).to(device)
-            loss, per = model(tokens, feats, labels, anchors)
+            loss, per = model(tokens, feats, labels, anchors, final, cfg.distill)
             counts = _anchor_counts(labels, anchors, cfg.steps_ahead)
     accs = []
     for k, ((_, correct), n) in enumerate(zip(per, counts, strict=True)):
@@ -259,18 +272,24 @@ def _anchors(batch: list[Example], n: int, k: int, rng: random.Random) -> torch.
     return out
 
 
-def _pad(batch: list[Example], device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _pad(batch: list[Example], device: str,
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     t = max(int(ex.tokens.numel()) for ex in batch)
     width = batch[0].feats.shape[1]
     tokens = torch.zeros(len(batch), t, dtype=torch.long)
     labels = torch.full((len(batch), t), -1, dtype=torch.long)
     feats = torch.zeros(len(batch), t, width)
+    finals = [ex.final for ex in batch if ex.final is not None]
+    final = torch.zeros(len(batch), t, finals[0].shape[1]) if len(finals) == len(batch) else None
     for i, ex in enumerate(batch):
         n = int(ex.tokens.numel())
         tokens[i, :n] = ex.tokens
         labels[i, :n] = ex.labels
         feats[i, :n] = ex.feats.float()
-    return tokens.to(device), feats.to(device), labels.to(device)
+        if final is not None and ex.final is not None:
+            final[i, :n] = ex.final.float()
+    return (tokens.to(device), feats.to(device), labels.to(device),
+            None if final is None else final.to(device))
 
 
 def _batches(examples: list[Example], batch_tokens: int,

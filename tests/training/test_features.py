@@ -48,3 +48,31 @@ def test_other_layers_are_recomputed(tiny_target: Path, tmp_path: Path) -> None:
     width = load_shard(path).feats.shape[-1]
     (path,) = extract_features(tiny_target, samples(2), out, layers=[1, 2])
     assert load_shard(path).feats.shape[-1] == width * 2 // 3
+
+
+def test_distillation_features_hold_the_targets_final_state(tiny_target: Path,
+                                                            tmp_path: Path) -> None:
+    """With ``final`` the shard also holds the normed last hidden state, from which the
+    target's own logits come back exactly; a shard without it is redone where it is
+    asked for, and one with it serves a run that does not need it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "features"
+    (path,) = extract_features(tiny_target, samples(2), out, layers=[0, 1, 2])
+    assert load_shard(path).final is None
+    (path,) = extract_features(tiny_target, samples(2), out, layers=[0, 1, 2], final=True)
+    shard = load_shard(path)
+    assert shard.final is not None and shard.final.shape == (shard.tokens.numel(), 16)
+    stamp = path.stat().st_mtime_ns
+    (path,) = extract_features(tiny_target, samples(2), out, layers=[0, 1, 2])
+    assert path.stat().st_mtime_ns == stamp
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_target), dtype=torch.float32)
+    tokens, _, _ = shard.sample(1)
+    last = shard.final_of(1)
+    assert last is not None
+    with torch.no_grad():
+        logits = model(input_ids=tokens[None]).logits[0]
+    torch.testing.assert_close(last.float() @ model.lm_head.weight.T, logits,
+                               atol=2e-2, rtol=2e-2)

@@ -184,3 +184,62 @@ def test_losses_fall_when_training_on_a_repeated_sequence() -> None:
             opt.step()
             losses.append(loss.item())
         assert losses[-1] < 0.3 * losses[0], (type(model).__name__, losses[0], losses[-1])
+
+
+def _teacher_ce(model: Any, tokens: torch.Tensor, feats: torch.Tensor, labels: torch.Tensor,
+                extra: Any, final: torch.Tensor) -> float:
+    """What the drafter lacks of the teacher's distribution: its loss at distill = 1."""
+    with torch.no_grad():
+        loss, _ = model(tokens, feats, labels, extra, final, 1.0)
+    return float(loss)
+
+
+def test_distillation_teaches_the_targets_whole_distribution() -> None:
+    """With ``distill``, both drafters learn how sure the target was and what it nearly
+    said (the soft cross-entropy to the teacher falls well below what training on the
+    greedy tokens alone reaches), and still learn the greedy token itself."""
+    torch.manual_seed(3)
+    t = 16
+    tokens = torch.randint(0, V - 1, (1, t))
+    feats = torch.randn(1, t, 3 * H)
+    final = torch.randn(1, t, H)
+    labels = tokens.clone()
+    head = 0.3 * torch.randn(V, H)  # a soft teacher: several tokens share the mass
+    # The teacher's greedy token is the label, as for the target's own greedy answers.
+    labels[0, 1:] = (final[0, :-1] @ head.T).argmax(-1)
+    tokens = labels.clone()
+    for make, extra in ((lambda: _eagle(0.05), 3),
+                        (lambda: _dflash(0.05), torch.tensor([[1, 4, 7, 10]]))):
+        reached = {}
+        for weight in (0.0, 1.0):
+            model = make()
+            model.set_teacher(head)
+            start = _teacher_ce(model, tokens, feats, labels, extra, final)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+            for _ in range(40):
+                loss, _ = model(tokens, feats, labels, extra, final, weight)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            reached[weight] = _teacher_ce(model, tokens, feats, labels, extra, final)
+            _, per = model(tokens, feats, labels, extra)
+            assert sum(float(c) for _, c in per) > 0, type(model).__name__
+        name = type(model).__name__
+        assert reached[1.0] < 0.8 * start, (name, start, reached)
+        assert reached[1.0] < 0.8 * reached[0.0], (name, reached)
+
+
+def test_distill_weight_zero_is_plain_cross_entropy() -> None:
+    from training.layers import distill_ce, masked_ce
+
+    logits = torch.randn(6, V)
+    labels = torch.tensor([1, -1, 3, 4, -1, 7])
+    teacher = torch.randn(6, V)
+    plain = masked_ce(logits, labels)
+    for mixed in (distill_ce(logits, labels, teacher, 0.0), distill_ce(logits, labels, None, 1.0)):
+        torch.testing.assert_close(mixed[0], plain[0])
+        assert int(mixed[1]) == int(plain[1])
+    soft = distill_ce(logits, labels, teacher, 1.0)[0]
+    keep = labels >= 0
+    expected = -(torch.softmax(teacher[keep], -1) * torch.log_softmax(logits[keep], -1)).sum()
+    torch.testing.assert_close(soft, expected)

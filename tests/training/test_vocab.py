@@ -1,0 +1,56 @@
+"""The draft vocabulary: a kept one holds every token the starting drafter proposes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from training.answers import Sample, save_known_answers
+from training.cli import _vocab
+
+
+def _target(tmp_path: Path) -> Path:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"eos_token_id": 2, "vocab_size": 64}))
+    return target
+
+
+def _drafter(tmp_path: Path, tokens: list[int]) -> Path:
+    out = tmp_path / "drafter"
+    out.mkdir()
+    ids = torch.tensor(sorted(tokens))
+    save_file({"d2t": ids - torch.arange(len(tokens))}, str(out / "model.safetensors"))
+    return out
+
+
+def test_a_grown_vocabulary_keeps_the_drafters_tokens_and_adds_the_most_said(
+        tmp_path: Path) -> None:
+    """Growing 4 -> 8 draft tokens: the drafter's 4 (even a rare one), then the tokens
+    the target says most across all answers held, not only in this run's slice."""
+    target = _target(tmp_path)
+    start = _drafter(tmp_path, [2, 5, 6, 40])
+    run = [Sample("a", "chat", [1], [5, 6, 7, 7, 7]), Sample("b", "chat", [1], [8, 5])]
+    known = tmp_path / "known.jsonl.gz"
+    said = [9] * 6 + [10] * 5 + [11] * 4 + [12] * 3 + [13]
+    save_known_answers([*run, Sample("c", "chat", [1], said)], known)
+    vocab = _vocab(tmp_path, run, 8, target, init_from=start, known=known)
+    assert vocab.draft_to_target.tolist() == [2, 5, 6, 7, 9, 10, 11, 40]
+    assert vocab.size == 8
+
+
+def test_by_default_the_vocabulary_comes_from_this_runs_answers(tmp_path: Path) -> None:
+    run = [Sample("a", "chat", [1], [5, 6, 7, 7, 7]), Sample("b", "chat", [1], [8, 5])]
+    vocab = _vocab(tmp_path, run, 4, _target(tmp_path))
+    assert vocab.draft_to_target.tolist() == [2, 5, 6, 7]
+
+
+def test_keeping_a_larger_vocabulary_than_asked_is_refused(tmp_path: Path) -> None:
+    start = _drafter(tmp_path, [2, 5, 6, 40])
+    with pytest.raises(SystemExit, match="--draft-vocab"):
+        _vocab(tmp_path, [Sample("a", "chat", [1], [5])], 3, _target(tmp_path),
+               init_from=start)
