@@ -46,8 +46,9 @@ bench: install
 # Reproduce the shipped drafters (docs/drafters.md): a base on the first 1,536 prompts,
 # a fine-tune on 4,608, one on the 7,680 prompts after those (rows 4,609-12,288: kinds
 # the first rounds never saw), then one on rows 12,289-16,384 and one on rows 16,385-21,981;
-# answers are shipped for all of them, so none is generated here; resumable, results in
-# drafters/.
+# then for EAGLE-3 a pass back over rows 12,289-16,384, the vocabulary grown to 16,384
+# tokens on them, and a pass back over rows 4,609-12,288. Answers are shipped for all of
+# them, so none is generated here; resumable, results in drafters/.
 train-drafters: install
 	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 1536 --epochs 8 --out drafters/base
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 1536 --epochs 5 --lr 2e-3 --out drafters/base
@@ -64,7 +65,15 @@ train-drafters: install
 	$(VENV)/bin/specgate train-drafter --method dflash --skip 12288 --limit 4096 --epochs 2 \
 		--lr 1e-3 --init-from drafters/round3/dflash --out drafters/round4
 	$(VENV)/bin/specgate train-drafter --method eagle3 --skip 16384 --limit 5597 --epochs 1 \
-		--lr 5e-4 --init-from drafters/round4/eagle3 --out drafters
+		--lr 5e-4 --init-from drafters/round4/eagle3 --out drafters/round5
+	$(VENV)/bin/specgate train-drafter --method eagle3 --skip 12288 --limit 4096 --epochs 1 \
+		--lr 5e-4 --init-from drafters/round5/eagle3 --out drafters/round6
+	$(VENV)/bin/specgate train-drafter --method eagle3 --skip 12288 --limit 4096 --epochs 1 \
+		--lr 5e-4 --draft-vocab 16384 --keep-vocab --init-from drafters/round6/eagle3 \
+		--out drafters/round6b
+	$(VENV)/bin/specgate train-drafter --method eagle3 --skip 4608 --limit 7680 --epochs 1 \
+		--lr 5e-4 --draft-vocab 16384 --keep-vocab --init-from drafters/round6b/eagle3 \
+		--out drafters
 	$(VENV)/bin/specgate train-drafter --method dflash --skip 16384 --limit 5597 --epochs 2 \
 		--lr 1e-3 --init-from drafters/round4/dflash --out drafters
 
