@@ -83,9 +83,21 @@ def add_parser(sub: Any) -> None:
                    help="tokens per training step (raise with the learning rate on a GPU)")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse impossible combinations before any stage runs (answers can take an hour)."""
+    if args.init_from and args.method == "both":
+        raise SystemExit("--init-from takes one --method (eagle3 or dflash), not both")
+    if args.keep_vocab and not args.init_from:
+        raise SystemExit("--keep-vocab keeps the vocabulary of the --init-from drafter: "
+                         "give one")
+    if not 0.0 <= args.distill <= 1.0:
+        raise SystemExit(f"--distill takes a weight from 0 to 1, not {args.distill}")
+
+
 def run(args: argparse.Namespace, cache_dir: Path) -> None:
     from training.prompts import builtin_training_prompts, prompts_from_file, save_prompts
 
+    check_args(args)
     # Stage 0: the prompts, saved once so that a resumed run sees the same list.
     work = args.work_dir or cache_dir / "train" / (args.target.name if args.target
                                                    else "SmolLM2-135M-Instruct")
@@ -118,15 +130,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                                known=known, engine=args.answers_engine,
                                batch=args.answers_batch, device=device)
     print(f"[2/4] features: layers {layers} on {device}", flush=True)
-    if not 0.0 <= args.distill <= 1.0:
-        raise SystemExit(f"--distill takes a weight from 0 to 1, not {args.distill}")
     shards = extract_features(target, samples, work / f"features{slice_tag}", layers=layers,
                               device=device, final=args.distill > 0)
-    if args.init_from and args.method == "both":
-        raise SystemExit("--init-from takes one --method (eagle3 or dflash), not both")
-    if args.keep_vocab and not args.init_from:
-        raise SystemExit("--keep-vocab keeps the vocabulary of the --init-from drafter: "
-                         "give one")
     vocab = _vocab(work, samples, args.draft_vocab, target, slice_tag,
                    args.init_from if args.keep_vocab else None, known)
     print(f"      draft vocabulary {vocab.size}: covers {vocab.coverage:.1%} of answer tokens")

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.layers import MLP, RMSNorm, Rope, distill_ce, repeat_kv
+from training.layers import MLP, Distillable, RMSNorm, Rope, distill_ce, repeat_kv
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,8 @@ class _Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(s.hidden, s.eps)
 
 
-class DFlashDrafter(nn.Module):
+class DFlashDrafter(Distillable):
     embed: torch.Tensor
-    teacher_head: torch.Tensor | None
 
     def __init__(self, s: DFlashShape, embed: torch.Tensor) -> None:
         super().__init__()
@@ -76,14 +75,7 @@ class DFlashDrafter(nn.Module):
         self.norm = RMSNorm(s.hidden, s.eps)
         self.lm_head = nn.Linear(s.hidden, s.draft_vocab, bias=False)
         self.register_buffer("embed", embed, persistent=False)  # the target's, frozen
-        # The target's output head over the draft vocabulary, for distillation only
-        # (``set_teacher``); never exported.
-        self.register_buffer("teacher_head", None, persistent=False)
         self.rope = Rope(s.head_dim, s.rope_theta)
-
-    def set_teacher(self, head: torch.Tensor) -> None:
-        """head [V_draft, H]: the target's output rows for the draft tokens."""
-        self.teacher_head = head
 
     def forward(self, tokens: torch.Tensor, feats: torch.Tensor, labels: torch.Tensor,
                 anchors: torch.Tensor, final: torch.Tensor | None = None,
@@ -99,17 +91,16 @@ class DFlashDrafter(nn.Module):
                                                                     device=tokens.device)
         lab = torch.gather(labels, 1, blk_pos.clamp(max=t - 1).flatten(1)).view_as(blk_pos)
         lab = lab.masked_fill((blk_pos >= t) | (anchors < 0).unsqueeze(-1), -1)
-        soft = final is not None and distill > 0 and self.teacher_head is not None
+        soft = final if distill > 0 else None
         total = logits.new_zeros(())
         per_slot = []
         for j in range(self.s.block - 1):
             teacher = None
-            if soft:
-                assert final is not None and self.teacher_head is not None
+            if soft is not None:
                 # Slot j+1 predicts token p+1+j: the target said so from position p+j.
-                rows = blk_pos[:, :, j].clamp(max=t - 1)
-                h = torch.gather(final, 1, rows.unsqueeze(-1).expand(-1, -1, final.shape[-1]))
-                teacher = h.float() @ self.teacher_head.T
+                rows = blk_pos[:, :, j].clamp(max=t - 1).unsqueeze(-1)
+                teacher = self.teacher_logits(
+                    torch.gather(soft, 1, rows.expand(-1, -1, soft.shape[-1])))
             loss, correct = distill_ce(logits[:, :, j], lab[:, :, j + 1], teacher, distill)
             per_slot.append((loss.detach(), correct))
             total = total + loss * (0.8 ** j)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.layers import MLP, RMSNorm, Rope, distill_ce
+from training.layers import MLP, Distillable, RMSNorm, Rope, distill_ce
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,8 @@ class _Layer(_UpperLayer):
         self.hidden_norm = RMSNorm(s.hidden, s.eps)
 
 
-class Eagle3Drafter(nn.Module):
+class Eagle3Drafter(Distillable):
     embed: torch.Tensor
-    teacher_head: torch.Tensor | None
 
     def __init__(self, s: Eagle3Shape, embed: torch.Tensor) -> None:
         super().__init__()
@@ -83,14 +82,7 @@ class Eagle3Drafter(nn.Module):
         self.norm = RMSNorm(s.hidden, s.eps)
         self.lm_head = nn.Linear(s.hidden, s.draft_vocab, bias=False)
         self.register_buffer("embed", embed, persistent=False)  # the target's, frozen
-        # The target's output head over the draft vocabulary, for distillation only
-        # (``set_teacher``); never exported.
-        self.register_buffer("teacher_head", None, persistent=False)
         self.rope = Rope(s.head_dim, s.rope_theta)
-
-    def set_teacher(self, head: torch.Tensor) -> None:
-        """head [V_draft, H]: the target's output rows for the draft tokens."""
-        self.teacher_head = head
 
     def forward(self, tokens: torch.Tensor, feats: torch.Tensor, labels: torch.Tensor,
                 steps: int, final: torch.Tensor | None = None,
@@ -104,15 +96,12 @@ class Eagle3Drafter(nn.Module):
         Returns the weighted loss and per step (summed loss, correct count)."""
         total = feats.new_zeros(())
         per_step = []
-        soft = final is not None and distill > 0 and self.teacher_head is not None
+        soft = final if distill > 0 else None
         for k, out in enumerate(self._outputs(tokens, feats, steps)):
             target = _shift(labels, 2 + k, fill=-1)
             keep = target >= 0
             # The output head (the drafter's largest matrix) only where a label is.
-            teacher = None
-            if soft:
-                assert final is not None and self.teacher_head is not None
-                teacher = _shift(final, 1 + k, fill=0)[keep].float() @ self.teacher_head.T
+            teacher = None if soft is None else self.teacher_logits(_shift(soft, 1 + k, 0)[keep])
             loss, correct = distill_ce(self.lm_head(self.norm(out[keep])), target[keep],
                                        teacher, distill)
             per_step.append((loss.detach(), correct))

@@ -24,6 +24,26 @@ class RMSNorm(nn.Module):
         return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
 
 
+class Distillable(nn.Module):
+    """A drafter that can read the target's output head as a teacher (``--distill``):
+    the head is a buffer set for training only, never exported."""
+
+    teacher_head: torch.Tensor | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("teacher_head", None, persistent=False)
+
+    def set_teacher(self, head: torch.Tensor) -> None:
+        """head [V_draft, H]: the target's output rows for the draft tokens."""
+        self.teacher_head = head
+
+    def teacher_logits(self, final: torch.Tensor) -> torch.Tensor | None:
+        """The target's logits over the draft vocabulary from its normed last hidden
+        states (rows of ``final``); None where no teacher is set."""
+        return None if self.teacher_head is None else final.float() @ self.teacher_head.T
+
+
 class MLP(nn.Module):
     def __init__(self, hidden: int, inter: int) -> None:
         super().__init__()

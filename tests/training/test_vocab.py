@@ -1,4 +1,5 @@
-"""The draft vocabulary: a kept one holds every token the starting drafter proposes."""
+"""The draft vocabulary (a kept one holds every token the starting drafter proposes),
+and the flags that shape it refused up front when they cannot work together."""
 
 from __future__ import annotations
 
@@ -54,3 +55,25 @@ def test_keeping_a_larger_vocabulary_than_asked_is_refused(tmp_path: Path) -> No
     with pytest.raises(SystemExit, match="--draft-vocab"):
         _vocab(tmp_path, [Sample("a", "chat", [1], [5])], 3, _target(tmp_path),
                init_from=start)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--method", "eagle3", "--keep-vocab"], "--keep-vocab keeps the vocabulary of the "
+                                             "--init-from drafter"),
+    (["--method", "eagle3", "--distill", "1.5"], "--distill takes a weight from 0 to 1"),
+    (["--method", "both", "--init-from", "d"], "--init-from takes one --method"),
+])
+def test_impossible_flags_are_refused_before_any_stage_runs(flags: list[str], message: str,
+                                                            tmp_path: Path) -> None:
+    """Refused up front with the flag to fix, not after an hour of answers; nothing is
+    written to the work directory."""
+    import argparse
+
+    from training.cli import add_parser, run
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train-drafter", *flags, "--work-dir", str(tmp_path / "w")])
+    with pytest.raises(SystemExit, match=message):
+        run(args, tmp_path)
+    assert not (tmp_path / "w").exists()
