@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_K = {"eagle3": 3, "dflash": 4}
+DEFAULT_LAYERS = {"eagle3": 1, "dflash": 2}
 MASK_TOKEN = "<empty_output>"  # never produced in chat: DFlash's masked slots
 # Answers of the embedded model to the built-in prompts, shipped so that the slowest
 # stage need not run again (greedy, vLLM CPU 0.32, bf16, max 256 answer tokens).
@@ -44,11 +45,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--draft-vocab", type=int, default=8192)
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--eagle3-layers", type=int, default=1,
+    p.add_argument("--eagle3-layers", type=int, default=DEFAULT_LAYERS["eagle3"],
                    help="EAGLE-3 depth; a deeper drafter fine-tuned from a shallower one "
                         "(--init-from) starts as exactly that drafter: its new layers begin "
                         "as identities")
-    p.add_argument("--dflash-layers", type=int, default=2)
+    p.add_argument("--dflash-layers", type=int, default=DEFAULT_LAYERS["dflash"],
+                   help="DFlash depth; grown from a shallower drafter (--init-from), the "
+                        "new layers begin as identities, as EAGLE-3's do")
     p.add_argument("--dflash-window", type=int, default=32,
                    help="DFlash sliding-window attention span (0: full attention)")
     p.add_argument("--dflash-anchors", type=int, default=64,
@@ -158,8 +161,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         trained = time.monotonic()
         # Each run keeps its own state (by method, prompts and starting point): a resumed
         # run must not take a base's or another round's.
-        deep = method == "eagle3" and cfg.eagle3_layers > 1
-        depth = f"-{cfg.eagle3_layers}layers" if deep else ""
+        n_layers = cfg.eagle3_layers if method == "eagle3" else cfg.dflash_layers
+        depth = f"-{n_layers}layers" if n_layers != DEFAULT_LAYERS[method] else ""
         depth += f"-distill{cfg.distill:g}" if cfg.distill > 0 else ""
         run_dir = work / (_run_name(method, len(prompts), args.init_from) + depth + slice_tag)
         metrics = train(cfg, model, examples, run_dir / "state.pt", device)

@@ -142,6 +142,13 @@ def start_from(model: nn.Module, weights: dict[str, torch.Tensor], d2t: torch.Te
         for name, tensor in weights.items():
             if name != head:
                 own[name].copy_(tensor)
+        # A deeper drafter than the start: the layers the start lacks begin as
+        # identities (residual branches zeroed), so the fine-tune starts exactly
+        # where the starting drafter ended and the new layers learn from there.
+        for name, tensor in own.items():
+            if (name.startswith("layers.") and name not in weights
+                    and name.endswith(("o_proj.weight", "down_proj.weight"))):
+                tensor.zero_()
         rows = vocab.target_to_draft[old_targets]
         kept = rows >= 0
         own[head][rows[kept]] = weights[head][kept]
