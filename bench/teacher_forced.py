@@ -65,12 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     start_from(model, weights, d2t, vocab)
     examples = load_examples(shards, vocab, cfg.max_len)
     rows: dict[str, dict[str, float]] = {}
-    if args.method == "eagle3":
-        walked = walk_eagle3(model, [(e.tokens, e.feats) for e in examples],
-                             [len(s.prompt_ids) for s in samples], target_to_draft,
-                             DEFAULT_K["eagle3"])
-        rows["walked"] = walked
-        print("walked", json.dumps(walked), flush=True)
+    walk = walk_eagle3 if args.method == "eagle3" else walk_dflash
+    walked = walk(model, [(e.tokens, e.feats) for e in examples],
+                  [len(s.prompt_ids) for s in samples], target_to_draft, DEFAULT_K[args.method])
+    rows["walked"] = walked
+    print("walked", json.dumps(walked), flush=True)
     for kind in ("code", "copy", "chat", "all"):
         chosen = [e for e, s in zip(examples, samples, strict=True)
                   if kind in ("all", s.kind)]
@@ -105,6 +104,36 @@ def walk_eagle3(model: Any, answers: list[tuple[Any, Any]], prompt_lens: list[in
                     n += 1
                 steps += 1
                 j += n + 1
+    return _walk_figures(per_position, steps)
+
+
+def walk_dflash(model: Any, answers: list[tuple[Any, Any]], prompt_lens: list[int],
+                target_to_draft: Any, k: int) -> dict[str, float]:
+    """``walk_eagle3`` for DFlash: one block per verification step, anchored at the
+    token the target just gave (the bonus token), its ``k`` slots the drafts."""
+    import torch
+
+    steps, per_position = 0, [0] * k
+    with torch.inference_mode():
+        for (tokens, feats), start in zip(answers, prompt_lens, strict=True):
+            tokens = tokens.long()
+            anchors = torch.arange(len(tokens))[None]
+            drafts = model.block_logits(tokens[None], feats[None].float(),
+                                        anchors)[0].argmax(-1)   # [T, k]
+            wanted = target_to_draft[tokens]      # -1: not in the draft vocabulary
+            p = start                             # the first answer token anchors first
+            while p + 1 < len(tokens):
+                n = 0
+                while n < k and p + 1 + n < len(tokens) and wanted[p + 1 + n] >= 0 \
+                        and drafts[p, n] == wanted[p + 1 + n]:
+                    per_position[n] += 1
+                    n += 1
+                steps += 1
+                p += n + 1
+    return _walk_figures(per_position, steps)
+
+
+def _walk_figures(per_position: list[int], steps: int) -> dict[str, float]:
     out = {f"pos_{i + 1}": round(a / max(steps, 1), 3) for i, a in enumerate(per_position)}
     return {**out, "acceptance_length": round(1 + sum(per_position) / max(steps, 1), 3)}
 
