@@ -47,8 +47,10 @@ bench: install
 # a fine-tune on 4,608, one on the 7,680 prompts after those (rows 4,609-12,288: kinds
 # the first rounds never saw), then one on rows 12,289-16,384 and one on rows 16,385-21,981;
 # then for EAGLE-3 a pass back over rows 12,289-16,384, the vocabulary grown to 16,384
-# tokens on them, and a pass back over rows 4,609-12,288. Answers are shipped for all of
-# them, so none is generated here; resumable, results in drafters/.
+# tokens on them, and passes back over rows 4,609-12,288 and 1-4,608; for DFlash a pass
+# back over rows 1-4,608 with the vocabulary grown to 16,384 tokens, and one more grown to
+# three layers. Answers are shipped for all of them, so none is generated here; resumable,
+# results in drafters/.
 train-drafters: install
 	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 1536 --epochs 8 --out drafters/base
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 1536 --epochs 5 --lr 2e-3 --out drafters/base
@@ -73,9 +75,16 @@ train-drafters: install
 		--out drafters/round6b
 	$(VENV)/bin/specgate train-drafter --method eagle3 --skip 4608 --limit 7680 --epochs 1 \
 		--lr 5e-4 --draft-vocab 16384 --keep-vocab --init-from drafters/round6b/eagle3 \
-		--out drafters
+		--out drafters/round7
+	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 4608 --epochs 1 --lr 5e-4 \
+		--draft-vocab 16384 --keep-vocab --init-from drafters/round7/eagle3 --out drafters
 	$(VENV)/bin/specgate train-drafter --method dflash --skip 16384 --limit 5597 --epochs 2 \
-		--lr 1e-3 --init-from drafters/round4/dflash --out drafters
+		--lr 1e-3 --init-from drafters/round4/dflash --out drafters/round5
+	$(VENV)/bin/specgate train-drafter --method dflash --limit 4608 --epochs 2 --lr 1e-3 \
+		--draft-vocab 16384 --keep-vocab --init-from drafters/round5/dflash --out drafters/round6
+	$(VENV)/bin/specgate train-drafter --method dflash --limit 4608 --epochs 2 --lr 1e-3 \
+		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --init-from drafters/round6/dflash \
+		--out drafters
 
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
 soak: install
