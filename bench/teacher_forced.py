@@ -92,18 +92,11 @@ def walk_eagle3(model: Any, answers: list[tuple[Any, Any]], prompt_lens: list[in
     with torch.inference_mode():
         for (tokens, feats), start in zip(answers, prompt_lens, strict=True):
             tokens = tokens.long()
-            drafts = [step[0].argmax(-1) for step in
-                      model.unroll(tokens[None], feats[None].float(), k)]
-            wanted = target_to_draft[tokens]      # -1: not in the draft vocabulary
-            j = start - 1                         # the last prompt position drafts first
-            while j + 2 < len(tokens):
-                n = 0
-                while n < k and j + 2 + n < len(tokens) and wanted[j + 2 + n] >= 0 \
-                        and drafts[n][j] == wanted[j + 2 + n]:
-                    per_position[n] += 1
-                    n += 1
-                steps += 1
-                j += n + 1
+            chains = torch.stack([step[0].argmax(-1) for step in
+                                  model.unroll(tokens[None], feats[None].float(), k)], -1)
+            # The chain drafted at position j follows the token at j + 1: anchor it there.
+            by_anchor = torch.cat([torch.full((1, k), -1), chains[:-1]])
+            steps += _walk_answer(by_anchor, target_to_draft[tokens], start, per_position)
     return _walk_figures(per_position, steps)
 
 
@@ -118,19 +111,28 @@ def walk_dflash(model: Any, answers: list[tuple[Any, Any]], prompt_lens: list[in
         for (tokens, feats), start in zip(answers, prompt_lens, strict=True):
             tokens = tokens.long()
             anchors = torch.arange(len(tokens))[None]
-            drafts = model.block_logits(tokens[None], feats[None].float(),
-                                        anchors)[0].argmax(-1)   # [T, k]
-            wanted = target_to_draft[tokens]      # -1: not in the draft vocabulary
-            p = start                             # the first answer token anchors first
-            while p + 1 < len(tokens):
-                n = 0
-                while n < k and p + 1 + n < len(tokens) and wanted[p + 1 + n] >= 0 \
-                        and drafts[p, n] == wanted[p + 1 + n]:
-                    per_position[n] += 1
-                    n += 1
-                steps += 1
-                p += n + 1
+            by_anchor = model.block_logits(tokens[None], feats[None].float(),
+                                           anchors)[0].argmax(-1)   # [T, k]
+            steps += _walk_answer(by_anchor, target_to_draft[tokens], start, per_position)
     return _walk_figures(per_position, steps)
+
+
+def _walk_answer(by_anchor: Any, wanted: Any, start: int, per_position: list[int]) -> int:
+    """One answer walked: ``by_anchor[p]`` the drafts proposed after the token at p,
+    ``wanted`` the answer in draft ids (-1: not in the draft vocabulary), the first
+    answer token (at ``start``) the first anchor. Counts accepted drafts per position
+    into ``per_position``; returns the verification steps."""
+    k, t = len(per_position), len(wanted)
+    steps, p = 0, start
+    while p + 1 < t:
+        n = 0
+        while n < k and p + 1 + n < t and wanted[p + 1 + n] >= 0 \
+                and by_anchor[p, n] == wanted[p + 1 + n]:
+            per_position[n] += 1
+            n += 1
+        steps += 1
+        p += n + 1      # the accepted drafts, then the target's bonus token
+    return steps
 
 
 def _walk_figures(per_position: list[int], steps: int) -> dict[str, float]:
