@@ -10,8 +10,9 @@ Methods run one after another, each engine alone on the machine.
 
 With ``--gateway`` it then starts ``specgate serve`` (the shipped drafters) and
 sends the held-out prompts of each kind at c = 1 through HTTP with every mode
-forced by ``x-spec-mode``, in alternating rounds so machine noise hits all
-modes alike, and reports completion tokens/s per mode and kind.
+forced by ``x-spec-mode``, side by side (each prompt to every mode in turn, the
+order rotating, so machine noise hits all modes alike), and reports completion
+tokens/s per mode and kind.
 
     .venv/bin/python -m bench.acceptance [--eagle3 DIR] [--dflash DIR] [--max-tokens 128]
                                          [--gateway]
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="also measure c = 1 tokens/s per forced mode through the gateway")
     parser.add_argument("--skip-engines", action="store_true",
                         help="only the gateway measurement")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="times each prompt goes to every mode through the gateway")
     parser.add_argument("--dtype", help="engine dtype (default: what the gateway serves, "
                                         "float32 for the embedded model)")
     args = parser.parse_args(argv)
@@ -177,11 +179,15 @@ async def gateway_speeds(held: list[Any], max_tokens: int,
     with GatewayProcess(log, {"SPECGATE_MAX_MODEL_LEN": "1024"}) as gw:
         client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", timeout=600)
         model = (await client.models.list()).data[0].id
-        for r in range(rounds):
-            order = GATEWAY_MODES if r % 2 == 0 else tuple(reversed(GATEWAY_MODES))
+        turn = 0
+        for _ in range(rounds):
             for kind in ("code", "copy", "chat"):
-                for mode in order:
-                    for p in (q for q in held if q.kind == kind):
+                for p in (q for q in held if q.kind == kind):
+                    # Side by side: every mode serves this prompt in turn, the order
+                    # rotating, so that a slow spell of the machine lands on all alike.
+                    shift = turn % len(GATEWAY_MODES)
+                    turn += 1
+                    for mode in GATEWAY_MODES[shift:] + GATEWAY_MODES[:shift]:
                         began = time.perf_counter()
                         reply = await client.chat.completions.create(
                             model=model, temperature=0, max_tokens=max_tokens,
