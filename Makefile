@@ -47,7 +47,7 @@ bench: install
 # a fine-tune on 4,608, one on the 7,680 prompts after those (rows 4,609-12,288: kinds
 # the first rounds never saw), then one on rows 12,289-16,384 and one on rows 16,385-21,981;
 # then for EAGLE-3 a pass back over rows 12,289-16,384, the vocabulary grown to 16,384
-# tokens on them, and passes back over rows 4,609-12,288 and 1-4,608; for DFlash a pass
+# tokens on them, and passes back over rows 4,609-12,288, 1-4,608 and 1-6,642; for DFlash a pass
 # back over rows 1-4,608 with the vocabulary grown to 16,384 tokens, and one more grown to
 # three layers. Answers are shipped for all of them, so none is generated here; resumable,
 # results in drafters/.
@@ -77,7 +77,9 @@ train-drafters: install
 		--lr 5e-4 --draft-vocab 16384 --keep-vocab --init-from drafters/round6b/eagle3 \
 		--out drafters/round7
 	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 4608 --epochs 1 --lr 5e-4 \
-		--draft-vocab 16384 --keep-vocab --init-from drafters/round7/eagle3 --out drafters
+		--draft-vocab 16384 --keep-vocab --init-from drafters/round7/eagle3 --out drafters/round8
+	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 6642 --epochs 1 --lr 4e-4 \
+		--draft-vocab 16384 --keep-vocab --init-from drafters/round8/eagle3 --out drafters
 	$(VENV)/bin/specgate train-drafter --method dflash --skip 16384 --limit 5597 --epochs 2 \
 		--lr 1e-3 --init-from drafters/round4/dflash --out drafters/round5
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 4608 --epochs 2 --lr 1e-3 \
