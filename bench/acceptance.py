@@ -63,12 +63,13 @@ class MethodResult:
 def run_method(model_dir: Path, method: str, drafter: Path | None, k: int,
                prompts: list[tuple[str, list[int]]], max_tokens: int,
                reference: dict[int, list[int]] | None,
-               dtype: str = "float32") -> tuple[MethodResult, dict[int, list[int]]]:
+               dtype: str = "float32",
+               eager: bool = True) -> tuple[MethodResult, dict[int, list[int]]]:
     from vllm import LLM, SamplingParams
 
     spec = None if drafter is None else {"method": method, "model": str(drafter),
                                          "num_speculative_tokens": k}
-    llm = LLM(model=str(model_dir), speculative_config=spec, enforce_eager=True, dtype=dtype,
+    llm = LLM(model=str(model_dir), speculative_config=spec, enforce_eager=eager, dtype=dtype,
               max_model_len=1024, kv_cache_memory_bytes=1 << 30, seed=0,
               per_request_spec_decode_metrics="summary" if spec else "none")
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="times each prompt goes to every mode through the gateway")
     parser.add_argument("--dtype", help="engine dtype (default: what the gateway serves, "
                                         "float32 for the embedded model)")
+    parser.add_argument("--compile", action="store_true",
+                        help="engines compiled (torch.compile), not eager: as served "
+                             "with SPECGATE_ENFORCE_EAGER=false")
     args = parser.parse_args(argv)
     dtype = args.dtype or Settings().resolved_dtype()
 
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if not args.skip_engines:
         plain, reference = run_method(embedded.target_dir, "standard", None, 0, prompts,
-                                      args.max_tokens, None, dtype)
+                                      args.max_tokens, None, dtype, not args.compile)
         results = [plain]
         wanted = set(args.methods.split(","))
         for method, drafter, k in (("eagle3", eagle3, args.eagle3_k),
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
             if method not in wanted:
                 continue
             results.append(run_method(embedded.target_dir, method, drafter, k, prompts,
-                                      args.max_tokens, reference, dtype)[0])
+                                      args.max_tokens, reference, dtype, not args.compile)[0])
         report = render(results, len(prompts), args.max_tokens, dtype)
         print(report, flush=True)
         args.out.write_text(json.dumps([_row(r, plain) for r in results], indent=2) + "\n")

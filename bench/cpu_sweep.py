@@ -6,11 +6,12 @@ flight for c = 1, 2, 4, 8, 16, on two workloads sent as two workload classes:
 
 * ``copy``: the answer repeats text from the prompt, where n-gram prompt lookup
   drafts well;
-* ``free``: open-ended writing, where the shipped trained EAGLE-3 drafter
-  (its held-out acceptance is in docs/drafters.md) is close to the best at low
-  concurrency (on answers this short; it pays on longer ones) and plain decoding
-  wins at high; n-gram stays close to plain decoding (the small model repeats
-  itself, so prompt lookup matches some of its output).
+* ``free``: open-ended creative writing, where the shipped trained EAGLE-3 drafter
+  accepts less than on the held-out chat prompts (about 1.5 tokens per verification
+  step, against 1.9 there: docs/drafters.md) and, on answers this short, runs close
+  to plain decoding at low concurrency; plain decoding wins at high; n-gram stays
+  close to plain decoding (the small model repeats itself, so prompt lookup matches
+  some of its output).
 
 At each (workload, c) the five policies run back to back in one block (the four
 forced modes and ``auto``), in rounds of alternating order, so that machine noise
@@ -18,8 +19,11 @@ hits them alike; ``auto`` learns from what every finished request measured,
 forced ones included, just as in production. Every mode serves one request per
 workload first (warm-up, not measured), and each cell starts once every engine
 is idle, plus a second. Throughput is completion tokens per second of wall time.
+Each ``auto`` request's ``x-spec-decision`` header (why the policy chose its mode,
+with its cost margin) is kept in the cells and printed with each cell.
 
     .venv/bin/python -m bench.cpu_sweep [--requests-per-client 1] [--max-tokens 32] [--rounds 2]
+        [--workloads copy,free] [--concurrency 1,2,4,8,16]
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import asyncio
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -68,6 +72,7 @@ class Cell:
     seconds: float
     latencies: list[float]
     served_by: dict[str, int]
+    decisions: list[str] = field(default_factory=list)  # auto's x-spec-decision, in order
 
     @property
     def tokens_per_s(self) -> float:
@@ -79,7 +84,7 @@ class Cell:
 
 
 async def one(client: openai.AsyncOpenAI, model: str, prompt: str, workload: str,
-              policy: str, max_tokens: int) -> tuple[int, float, str]:
+              policy: str, max_tokens: int) -> tuple[int, float, str, str]:
     began = time.monotonic()
     raw = await client.chat.completions.with_raw_response.create(
         model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
@@ -89,7 +94,8 @@ async def one(client: openai.AsyncOpenAI, model: str, prompt: str, workload: str
     async for chunk in raw.parse():
         if chunk.usage:
             tokens = chunk.usage.completion_tokens
-    return tokens, time.monotonic() - began, raw.headers.get("x-spec-mode", "?")
+    return (tokens, time.monotonic() - began, raw.headers.get("x-spec-mode", "?"),
+            raw.headers.get("x-spec-decision", ""))
 
 
 def requests_per_client(concurrency: int, per_client: int) -> int:
@@ -125,7 +131,7 @@ async def run_cell(client: openai.AsyncOpenAI, model: str, workload: str, concur
                    policy: str, per_client: int, max_tokens: int) -> Cell:
     prompts = WORKLOADS[workload]
     per_client = requests_per_client(concurrency, per_client)
-    results: list[tuple[int, float, str]] = []
+    results: list[tuple[int, float, str, str]] = []
 
     async def worker(w: int) -> None:
         for k in range(per_client):
@@ -136,21 +142,23 @@ async def run_cell(client: openai.AsyncOpenAI, model: str, workload: str, concur
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     seconds = time.monotonic() - began
     served: dict[str, int] = {}
-    for _, _, mode in results:
+    for _, _, mode, _ in results:
         served[mode] = served.get(mode, 0) + 1
     return Cell(workload, concurrency, policy, sum(r[0] for r in results), seconds,
-                [r[1] for r in results], served)
+                [r[1] for r in results], served,
+                [r[3] for r in results] if policy == "auto" else [])
 
 
 async def sweep(url: str, per_client: int, max_tokens: int,
-                concurrency: tuple[int, ...], rounds: int) -> list[Cell]:
+                concurrency: tuple[int, ...], rounds: int,
+                workloads: tuple[str, ...] = tuple(WORKLOADS)) -> list[Cell]:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
                                 timeout=600)
     model = (await client.models.list()).data[0].id
     await warm_up(client, model, max_tokens)
     cells = []
     for c in concurrency:
-        for workload in WORKLOADS:
+        for workload in workloads:
             # Rounds in alternating order (forward, then backward, ...): a drift in the
             # machine's speed during a block then favours no policy.
             parts: dict[str, list[Cell]] = {p: [] for p in POLICIES}
@@ -162,7 +170,8 @@ async def sweep(url: str, per_client: int, max_tokens: int,
             for policy in POLICIES:
                 cell = merge(parts[policy])
                 print(f"{workload:5} c={c:2} {policy:8} {cell.tokens_per_s:7.1f} tok/s  "
-                      f"p50 {cell.pct(0.5):5.2f} s  served by {cell.served_by}", flush=True)
+                      f"p50 {cell.pct(0.5):5.2f} s  served by {cell.served_by}"
+                      + (f"  decisions {cell.decisions}" if cell.decisions else ""), flush=True)
                 cells.append(cell)
     await client.close()
     return cells
@@ -175,7 +184,8 @@ def merge(parts: list[Cell]) -> Cell:
             served[mode] = served.get(mode, 0) + n
     first = parts[0]
     return Cell(first.workload, first.concurrency, first.policy, sum(p.tokens for p in parts),
-                sum(p.seconds for p in parts), [x for p in parts for x in p.latencies], served)
+                sum(p.seconds for p in parts), [x for p in parts for x in p.latencies], served,
+                [d for p in parts for d in p.decisions])
 
 
 def auto_vs_best(cells: list[Cell]) -> dict[tuple[str, int], float]:
@@ -193,7 +203,7 @@ def markdown(cells: list[Cell]) -> str:
     head = " | ".join(POLICIES)
     lines = [f"| workload | c | {head} | auto / best forced | auto served by |",
              "|---|---|" + "---|" * (len(POLICIES) + 2)]
-    for workload in WORKLOADS:
+    for workload in _measured(cells):
         for c in sorted({x.concurrency for x in cells}):
             row = {x.policy: x for x in cells if (x.workload, x.concurrency) == (workload, c)}
             tps = " | ".join(f"{row[p].tokens_per_s:.1f}" for p in POLICIES)
@@ -203,12 +213,16 @@ def markdown(cells: list[Cell]) -> str:
     lines += ["", "Completion tokens/s (streamed, wall time). Latency p50 / p99 (s):", "",
               "| workload | c | " + " | ".join(POLICIES) + " |",
               "|---|---|" + "---|" * len(POLICIES)]
-    for workload in WORKLOADS:
+    for workload in _measured(cells):
         for c in sorted({x.concurrency for x in cells}):
             row = {x.policy: x for x in cells if (x.workload, x.concurrency) == (workload, c)}
             lat = " | ".join(f"{row[p].pct(0.5):.2f} / {row[p].pct(0.99):.2f}" for p in POLICIES)
             lines.append(f"| {workload} | {c} | {lat} |")
     return "\n".join(lines)
+
+
+def _measured(cells: list[Cell]) -> list[str]:
+    return [w for w in WORKLOADS if any(c.workload == w for c in cells)]
 
 
 def plot(cells: list[Cell], out: Path) -> list[Path]:
@@ -218,7 +232,7 @@ def plot(cells: list[Cell], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    for workload in WORKLOADS:
+    for workload in _measured(cells):
         fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4))
         for policy in POLICIES:
             row = sorted((x for x in cells if x.workload == workload and x.policy == policy),
@@ -246,15 +260,16 @@ def plot(cells: list[Cell], out: Path) -> list[Path]:
 
 def run(out: Path, per_client: int = 1, max_tokens: int = 32,
         concurrency: tuple[int, ...] = CONCURRENCY, url: str | None = None,
-        rounds: int = 2) -> list[Cell]:
+        rounds: int = 2, workloads: tuple[str, ...] = tuple(WORKLOADS)) -> list[Cell]:
     out.mkdir(parents=True, exist_ok=True)
     if url is not None:
-        cells = asyncio.run(sweep(url, per_client, max_tokens, concurrency, rounds))
+        cells = asyncio.run(sweep(url, per_client, max_tokens, concurrency, rounds,
+                                  workloads))
     else:
         with GatewayProcess(out / "cpu_sweep.gateway.log",
                             {"SPECGATE_MAX_MODEL_LEN": "1024"}) as gateway:
             cells = asyncio.run(sweep(gateway.url, per_client, max_tokens, concurrency,
-                                        rounds))
+                                        rounds, workloads))
     (out / "cpu_sweep.json").write_text(json.dumps(
         [asdict(c) | {"tokens_per_s": c.tokens_per_s} for c in cells], indent=1))
     return cells
@@ -264,7 +279,7 @@ def load(path: Path) -> list[Cell]:
     """Cells written by ``run`` (its ``cpu_sweep.json``)."""
     rows = json.loads(path.read_text())
     return [Cell(r["workload"], r["concurrency"], r["policy"], r["tokens"], r["seconds"],
-                 r["latencies"], r["served_by"]) for r in rows]
+                 r["latencies"], r["served_by"], r.get("decisions", [])) for r in rows]
 
 
 def main() -> None:
@@ -274,9 +289,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--url", help="a running gateway (else one is started here)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/cpu"))
+    parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)),
+                        help="comma-separated concurrency levels")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated, of: {', '.join(WORKLOADS)}")
     args = parser.parse_args()
-    cells = run(args.out, args.requests_per_client, args.max_tokens, url=args.url,
-                rounds=args.rounds)
+    workloads = tuple(args.workloads.split(","))
+    unknown = set(workloads) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    cells = run(args.out, args.requests_per_client, args.max_tokens,
+                tuple(int(c) for c in args.concurrency.split(",")), url=args.url,
+                rounds=args.rounds, workloads=workloads)
     plot(cells, args.out)
     text = markdown(cells)
     (args.out / "cpu_sweep.md").write_text(text + "\n")
