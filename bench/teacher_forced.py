@@ -58,9 +58,11 @@ def main(argv: list[str] | None = None) -> None:
     target_to_draft = torch.full((target_vocab,), -1, dtype=torch.long)
     target_to_draft[draft_to_target] = torch.arange(int(d2t.numel()))
     vocab = DraftVocab(draft_to_target, target_to_draft, 1.0)
-    depth = json.loads((drafter / "config.json").read_text())["num_hidden_layers"]
+    drafter_cfg = json.loads((drafter / "config.json").read_text())
+    depth = drafter_cfg["num_hidden_layers"]
     cfg = TrainConfig(method=args.method, steps_ahead=DEFAULT_K[args.method],
-                      eagle3_layers=depth, dflash_layers=depth)
+                      eagle3_layers=depth, dflash_layers=depth,
+                      dflash_kv_heads=drafter_cfg.get("num_key_value_heads"))
     model = build_model(cfg, target, vocab, len(layers), special_token_id(target, MASK_TOKEN))
     start_from(model, weights, d2t, vocab)
     examples = load_examples(shards, vocab, cfg.max_len)

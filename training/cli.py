@@ -54,6 +54,10 @@ def add_parser(sub: Any) -> None:
                         "new layers begin as identities, as EAGLE-3's do")
     p.add_argument("--dflash-window", type=int, default=32,
                    help="DFlash sliding-window attention span (0: full attention)")
+    p.add_argument("--dflash-kv-heads", type=int,
+                   help="DFlash key/value heads (default: the target's); grown from a "
+                        "drafter with fewer (--init-from), each of its heads is repeated, "
+                        "so the wider drafter starts exactly where it ended")
     p.add_argument("--dflash-anchors", type=int, default=64,
                    help="DFlash training blocks drawn per sequence and step")
     p.add_argument("--max-answer-tokens", type=int, default=256)
@@ -147,6 +151,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                           eagle3_layers=args.eagle3_layers,
                           anchors_per_seq=args.dflash_anchors,
                           dflash_window=args.dflash_window or None,
+                          dflash_kv_heads=args.dflash_kv_heads,
                           distill=args.distill)
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
         examples = load_examples(shards, vocab, cfg.max_len, final=cfg.distill > 0)
@@ -164,6 +169,9 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         n_layers = cfg.eagle3_layers if method == "eagle3" else cfg.dflash_layers
         depth = f"-{n_layers}layers" if n_layers != DEFAULT_LAYERS[method] else ""
         depth += f"-distill{cfg.distill:g}" if cfg.distill > 0 else ""
+        if method == "dflash":
+            depth += f"-kv{cfg.dflash_kv_heads}" if cfg.dflash_kv_heads else ""
+            depth += f"-window{cfg.dflash_window or 0}" if cfg.dflash_window != 32 else ""
         run_dir = work / (_run_name(method, len(prompts), args.init_from) + depth + slice_tag)
         metrics = train(cfg, model, examples, run_dir / "state.pt", device)
         save_metrics(run_dir / "metrics.json", cfg, metrics)

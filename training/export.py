@@ -34,7 +34,7 @@ def export_drafter(method: str, model: nn.Module, vocab: DraftVocab, target_dir:
     tensors["d2t"] = vocab.d2t().contiguous()
     shape: Any = model.s
     config = _config(method, t, vocab.size, list(layers), int(shape.layers), block,
-                     mask_token_id, window)
+                     mask_token_id, window, int(shape.kv_heads))
     config["specgate_training"] = card
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
@@ -58,11 +58,12 @@ def read_drafter(method: str, src: Path) -> tuple[dict[str, torch.Tensor], torch
 
 
 def _config(method: str, t: TargetShape, draft_vocab: int, layers: list[int], depth: int,
-            block: int, mask_token_id: int, window: int | None) -> dict[str, Any]:
+            block: int, mask_token_id: int, window: int | None,
+            kv_heads: int) -> dict[str, Any]:
     base: dict[str, Any] = {
         "hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size,
         "num_attention_heads": t.num_attention_heads,
-        "num_key_value_heads": t.num_key_value_heads, "head_dim": t.head_dim,
+        "num_key_value_heads": kv_heads, "head_dim": t.head_dim,
         "vocab_size": t.vocab_size, "draft_vocab_size": draft_vocab,
         "max_position_embeddings": t.max_position_embeddings, "rms_norm_eps": t.rms_norm_eps,
         "rope_theta": t.rope_theta,

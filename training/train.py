@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,6 +40,9 @@ class TrainConfig:
     dflash_layers: int = 2
     eagle3_layers: int = 1
     dflash_window: int | None = 32
+    # DFlash key/value heads (None: the target's). The target's hidden states reach the
+    # block only through the k/v projections; more heads widen that path.
+    dflash_kv_heads: int | None = None
     anchors_per_seq: int = 64
     seed: int = 0
     save_every: int = 25
@@ -91,7 +95,8 @@ def build_model(cfg: TrainConfig, target_dir: Path, vocab: DraftVocab, num_aux: 
         layers = {"midlayer": t.num_hidden_layers - 1}
     else:
         model = DFlashDrafter(DFlashShape(
-            t.hidden_size, t.intermediate_size, t.num_attention_heads, t.num_key_value_heads,
+            t.hidden_size, t.intermediate_size, t.num_attention_heads,
+            cfg.dflash_kv_heads or t.num_key_value_heads,
             t.head_dim, t.rms_norm_eps, t.rope_theta, num_aux, vocab.size, cfg.dflash_layers,
             cfg.steps_ahead + 1, mask_token_id, cfg.dflash_window), embed)
         # DFlash starts from scratch: copied late target layers (and the target's
@@ -138,10 +143,12 @@ def start_from(model: nn.Module, weights: dict[str, torch.Tensor], d2t: torch.Te
                          "--dflash-layers) or more")
     old_targets = d2t.long() + torch.arange(int(d2t.numel()))
     head = "lm_head.weight"
+    shape: Any = model.s
+    head_dim = int(shape.head_dim)
     with torch.no_grad():
         for name, tensor in weights.items():
             if name != head:
-                own[name].copy_(tensor)
+                own[name].copy_(_widened(name, tensor, own[name].shape, head_dim))
         # A deeper drafter than the start: the layers the start lacks begin as
         # identities (residual branches zeroed), so the fine-tune starts exactly
         # where the starting drafter ended and the new layers learn from there.
@@ -153,6 +160,26 @@ def start_from(model: nn.Module, weights: dict[str, torch.Tensor], d2t: torch.Te
         kept = rows >= 0
         own[head][rows[kept]] = weights[head][kept]
     return int(kept.sum())
+
+
+def _widened(name: str, tensor: torch.Tensor, shape: torch.Size,
+             head_dim: int) -> torch.Tensor:
+    """A starting drafter's weight for a drafter with as many or more key/value heads:
+    each of its k/v heads repeated, so every query head reads the same keys and values as
+    before (query head h used kv head h // g; with r times the kv heads it uses kv head
+    h // (g / r), the r-th copy of the same one) and the wider drafter starts exactly
+    where the narrower one ended."""
+    if tensor.shape == shape:
+        return tensor
+    rows, cols = int(tensor.shape[0]), int(tensor.shape[-1])
+    if (not name.endswith(("k_proj.weight", "v_proj.weight")) or tensor.dim() != 2
+            or cols != shape[1] or shape[0] % rows or rows % head_dim):
+        raise ValueError(f"the starting drafter's {name} is {tuple(tensor.shape)}, this "
+                         f"one's {tuple(shape)}: train at its shape (--dflash-kv-heads "
+                         "may only grow the key/value heads by a whole factor)")
+    kv = rows // head_dim
+    return (tensor.view(kv, head_dim, cols).repeat_interleave(int(shape[0]) // rows, dim=0)
+            .reshape(shape))
 
 
 def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_path: Path,

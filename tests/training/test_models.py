@@ -106,9 +106,10 @@ def test_eagle3_unrolled_training_matches_step_by_step_drafting(layers: int) -> 
                 torch.testing.assert_close(unrolled[k][0, i], ref[k], atol=1e-4, rtol=1e-4)
 
 
-def _dflash(std: float = 0.3, window: int | None = None, layers: int = 2) -> DFlashDrafter:
+def _dflash(std: float = 0.3, window: int | None = None, layers: int = 2,
+            kv: int = KV) -> DFlashDrafter:
     torch.manual_seed(1)
-    s = DFlashShape(H, 48, HEADS, KV, HD, 1e-5, 10000.0, 3, V, layers=layers, block=4,
+    s = DFlashShape(H, 48, HEADS, kv, HD, 1e-5, 10000.0, 3, V, layers=layers, block=4,
                     mask_token_id=V - 1, window=window)
     model = DFlashDrafter(s, torch.randn(V, H))
     for p in model.parameters():
@@ -180,6 +181,24 @@ def test_a_deeper_dflash_grown_from_a_shallower_one_drafts_exactly_as_it_did() -
                                    shallow.block_logits(tokens, feats, anchors))
         # and the new layer is there to learn: its input projections are not zero
         assert deeper.blocks[2].self_attn.q_proj.weight.abs().sum() > 0
+
+
+def test_a_dflash_with_more_kv_heads_grown_from_fewer_drafts_exactly_as_it_did() -> None:
+    narrow, wide = _dflash(window=5), _dflash(window=5, kv=HEADS)
+    d2t = torch.zeros(V, dtype=torch.long)
+    vocab = DraftVocab(torch.arange(V), torch.arange(V), 1.0)
+    assert start_from(wide, narrow.state_dict(), d2t, vocab) == V
+    tokens = torch.randint(0, V - 1, (1, 14))
+    feats = torch.randn(1, 14, 3 * H)
+    anchors = torch.tensor([[2, 9, 5]])
+    with torch.no_grad():
+        torch.testing.assert_close(wide.block_logits(tokens, feats, anchors),
+                                   narrow.block_logits(tokens, feats, anchors))
+    # Narrowing (or growing by a fraction of a head group) is refused with the flag to use.
+    with pytest.raises(ValueError, match="--dflash-kv-heads"):
+        start_from(narrow, wide.state_dict(), d2t, vocab)
+    with pytest.raises(ValueError, match="--dflash-kv-heads"):
+        start_from(_dflash(window=5, kv=3), narrow.state_dict(), d2t, vocab)
 
 
 def test_losses_fall_when_training_on_a_repeated_sequence() -> None:
