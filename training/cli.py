@@ -99,12 +99,26 @@ def check_args(args: argparse.Namespace) -> None:
                          "give one")
     if not 0.0 <= args.distill <= 1.0:
         raise SystemExit(f"--distill takes a weight from 0 to 1, not {args.distill}")
+    if args.dflash_kv_heads is not None and args.method == "eagle3":
+        raise SystemExit("--dflash-kv-heads shapes a DFlash drafter: use it with --method "
+                         "dflash or both")
+
+
+def check_target_args(args: argparse.Namespace, target: Path) -> None:
+    """What the target's shape decides, also before any stage runs."""
+    heads = int(json.loads((target / "config.json").read_text())["num_attention_heads"])
+    kv = args.dflash_kv_heads
+    if kv is not None and (kv <= 0 or heads % kv):
+        raise SystemExit(f"--dflash-kv-heads must divide the target's {heads} attention "
+                         f"heads (each key/value head serves a whole group), not {kv}")
 
 
 def run(args: argparse.Namespace, cache_dir: Path) -> None:
     from training.prompts import builtin_training_prompts, prompts_from_file, save_prompts
 
     check_args(args)
+    target = args.target or _embedded_target(cache_dir)
+    check_target_args(args, target)
     # Stage 0: the prompts, saved once so that a resumed run sees the same list.
     work = args.work_dir or cache_dir / "train" / (args.target.name if args.target
                                                    else "SmolLM2-135M-Instruct")
@@ -125,7 +139,6 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
     from training.features import extract_features, feature_layers
     from training.train import TrainConfig, build_model, load_examples, save_metrics, train
 
-    target = args.target or _embedded_target(cache_dir)
     device = training_device()
     layers = feature_layers(json.loads((target / "config.json").read_text())
                             ["num_hidden_layers"])

@@ -164,11 +164,10 @@ def start_from(model: nn.Module, weights: dict[str, torch.Tensor], d2t: torch.Te
 
 def _widened(name: str, tensor: torch.Tensor, shape: torch.Size,
              head_dim: int) -> torch.Tensor:
-    """A starting drafter's weight for a drafter with as many or more key/value heads:
-    each of its k/v heads repeated, so every query head reads the same keys and values as
-    before (query head h used kv head h // g; with r times the kv heads it uses kv head
-    h // (g / r), the r-th copy of the same one) and the wider drafter starts exactly
-    where the narrower one ended."""
+    """A starting drafter's weight for a drafter with r times its key/value heads: each
+    k/v head repeated r times, so new kv head j is old head j // r. Query head h read old
+    head h // g; it now reads new head h // (g / r), a copy of that same head, and the
+    wider drafter drafts exactly as the narrower one did."""
     if tensor.shape == shape:
         return tensor
     rows, cols = int(tensor.shape[0]), int(tensor.shape[-1])

@@ -168,32 +168,31 @@ def test_dflash_block_training_matches_one_block_pass(window: int | None) -> Non
                                        atol=1e-4, rtol=1e-4)
 
 
-def test_a_deeper_dflash_grown_from_a_shallower_one_drafts_exactly_as_it_did() -> None:
-    shallow, deeper = _dflash(window=5), _dflash(window=5, layers=3)
+def _assert_grown_drafts_alike(start: DFlashDrafter, grown: DFlashDrafter) -> None:
+    """``grown``, started from ``start``, gives the same block logits."""
     d2t = torch.zeros(V, dtype=torch.long)
     vocab = DraftVocab(torch.arange(V), torch.arange(V), 1.0)
-    assert start_from(deeper, shallow.state_dict(), d2t, vocab) == V
+    assert start_from(grown, start.state_dict(), d2t, vocab) == V
     tokens = torch.randint(0, V - 1, (1, 14))
     feats = torch.randn(1, 14, 3 * H)
     anchors = torch.tensor([[2, 9, 5]])
     with torch.no_grad():
-        torch.testing.assert_close(deeper.block_logits(tokens, feats, anchors),
-                                   shallow.block_logits(tokens, feats, anchors))
-        # and the new layer is there to learn: its input projections are not zero
-        assert deeper.blocks[2].self_attn.q_proj.weight.abs().sum() > 0
+        torch.testing.assert_close(grown.block_logits(tokens, feats, anchors),
+                                   start.block_logits(tokens, feats, anchors))
+
+
+def test_a_deeper_dflash_grown_from_a_shallower_one_drafts_exactly_as_it_did() -> None:
+    shallow, deeper = _dflash(window=5), _dflash(window=5, layers=3)
+    _assert_grown_drafts_alike(shallow, deeper)
+    # and the new layer is there to learn: its input projections are not zero
+    assert deeper.blocks[2].self_attn.q_proj.weight.abs().sum() > 0
 
 
 def test_a_dflash_with_more_kv_heads_grown_from_fewer_drafts_exactly_as_it_did() -> None:
     narrow, wide = _dflash(window=5), _dflash(window=5, kv=HEADS)
+    _assert_grown_drafts_alike(narrow, wide)
     d2t = torch.zeros(V, dtype=torch.long)
     vocab = DraftVocab(torch.arange(V), torch.arange(V), 1.0)
-    assert start_from(wide, narrow.state_dict(), d2t, vocab) == V
-    tokens = torch.randint(0, V - 1, (1, 14))
-    feats = torch.randn(1, 14, 3 * H)
-    anchors = torch.tensor([[2, 9, 5]])
-    with torch.no_grad():
-        torch.testing.assert_close(wide.block_logits(tokens, feats, anchors),
-                                   narrow.block_logits(tokens, feats, anchors))
     # Narrowing (or growing by a fraction of a head group) is refused with the flag to use.
     with pytest.raises(ValueError, match="--dflash-kv-heads"):
         start_from(narrow, wide.state_dict(), d2t, vocab)

@@ -62,6 +62,7 @@ def test_keeping_a_larger_vocabulary_than_asked_is_refused(tmp_path: Path) -> No
                                              "--init-from drafter"),
     (["--method", "eagle3", "--distill", "1.5"], "--distill takes a weight from 0 to 1"),
     (["--method", "both", "--init-from", "d"], "--init-from takes one --method"),
+    (["--method", "eagle3", "--dflash-kv-heads", "9"], "--dflash-kv-heads shapes a DFlash"),
 ])
 def test_impossible_flags_are_refused_before_any_stage_runs(flags: list[str], message: str,
                                                             tmp_path: Path) -> None:
@@ -75,5 +76,25 @@ def test_impossible_flags_are_refused_before_any_stage_runs(flags: list[str], me
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["train-drafter", *flags, "--work-dir", str(tmp_path / "w")])
     with pytest.raises(SystemExit, match=message):
+        run(args, tmp_path)
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("kv", ["4", "0", "-3"])
+def test_dflash_kv_heads_that_do_not_divide_the_targets_heads_are_refused_up_front(
+        kv: str, tmp_path: Path) -> None:
+    """Checked against the target's shape before the prompts, answers or features."""
+    import argparse
+
+    from training.cli import add_parser, run
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text('{"num_attention_heads": 9}')
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train-drafter", "--method", "dflash", "--target", str(target),
+                              "--dflash-kv-heads", kv, "--work-dir", str(tmp_path / "w")])
+    with pytest.raises(SystemExit, match="must divide the target's 9 attention heads"):
         run(args, tmp_path)
     assert not (tmp_path / "w").exists()
