@@ -63,8 +63,11 @@ class AdaptivePolicy(Policy):
         best = costs[0]
         held = self._incumbent(inputs, best.mode)
         previous = next((c for c in costs if c.mode == held and c is not best), None)
-        if previous is not None and not self._hold(inputs, previous, best, groups, scale):
-            previous = None                  # no hold: the best is served
+        deferred = False
+        if previous is not None and not self._within_margin(inputs, previous, best):
+            deferred = self._defer(inputs, previous, best, groups, scale)
+            if not deferred:
+                previous = None              # no hold: the best is served
         explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale,
                                  (previous or best).mode)
         if explored is not None:
@@ -75,32 +78,36 @@ class AdaptivePolicy(Policy):
         if previous is not None:
             behind = previous.total_s / best.total_s - 1.0 if best.total_s > 0 else 0.0
             return Decision(previous.mode, DecisionKind.HOLD, margin=behind, scores=scores,
-                            leader=best.mode)
+                            leader=best.mode, deferred=deferred)
 
         margin = costs[1].total_s / best.total_s - 1.0 if len(costs) > 1 and \
             best.total_s > 0 else 0.0
         return Decision(best.mode, DecisionKind.COST, margin=margin, scores=scores,
                         leader=best.mode)
 
-    def _hold(self, inputs: DecisionInput, held: ModeCost, best: ModeCost,
-              groups: Mapping[str, _Group], scale: float) -> bool:
-        """Keep ``held`` although ``best`` is cheaper?
+    def _within_margin(self, inputs: DecisionInput, held: ModeCost, best: ModeCost) -> bool:
+        """Is ``held`` close enough to ``best`` for hysteresis to keep it?"""
+        return held.total_s <= best.total_s * (1.0 + self._margin(inputs, best.mode))
 
-        Within the margin, yes. Beyond it, while the held engine still has requests
-        and the lead has not yet paid for the drain: once traffic moves, the old
-        engine keeps stepping beside the new one until its last request ends, and
-        every round pays its step on top. A lead that has lasted ``T`` is taken to
-        last about as long again, so it pays once ``lead * T`` exceeds that drain."""
+    def _defer(self, inputs: DecisionInput, held: ModeCost, best: ModeCost,
+               groups: Mapping[str, _Group], scale: float) -> bool:
+        """Keep ``held`` although ``best`` leads it beyond the margin?
+
+        While the held engine still has requests and the lead has not yet paid for
+        the drain: once traffic moves, the old engine keeps stepping beside the new
+        one until its last request ends, and every round pays its step on top. A lead
+        that has lasted ``T`` is taken to last about as long again, so it pays once
+        ``lead * T`` exceeds that drain. ``T`` runs from when ``best`` took the lead or
+        from the group's first deferral of this switch, whichever is earlier."""
         s = self.settings
-        if held.total_s <= best.total_s * (1.0 + self._margin(inputs, best.mode)):
-            return True
         if s.drain_payback <= 0 or best.total_s <= 0:
             return False
         drain = self._drain_s(inputs, inputs.modes[held.mode], groups, scale)
         if drain <= 0:
             return False
-        since = inputs.leading_since.get(best.mode)
-        led = max(inputs.now - since, 0.0) if since is not None else 0.0
+        starts = [t for t in (inputs.leading_since.get(best.mode),
+                              inputs.deferred_since.get(held.mode)) if t is not None]
+        led = max(inputs.now - min(starts), 0.0) if starts else 0.0
         lead = held.total_s / best.total_s - 1.0
         return lead * led < s.drain_payback * drain
 

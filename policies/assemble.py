@@ -5,7 +5,7 @@ it gathers what the shared state has learned for the request's class and for the
 classes in flight (and, from that, each mode's acceptance over every class:
 ``pooled_acceptance``) and what this replica's routing memory holds, asks the
 policy, and records the outcome in that memory (the class's last winner, each device
-group's cost leader).
+group's cost leader, and since when the mode it holds has deferred a switch).
 """
 
 from __future__ import annotations
@@ -39,10 +39,20 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         expected_output_tokens=this.expected_output_tokens,
         previous_mode=memory.previous_mode(workload_class), explore_draw=explore_draw,
         in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
+        deferred_since=memory.deferred_since(),
         classes=classes, mode_acceptance=pooled_acceptance(classes))
     decision = policy.decide(inputs)
     if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
         memory.remember(workload_class, decision.mode)
     if decision.leader is not None and decision.leader in modes:
         memory.note_leader(modes[decision.leader].gpu_group, decision.leader, now)
+    group = modes[decision.mode].gpu_group
+    if decision.deferred:
+        memory.note_deferred(group, decision.mode, now)
+    elif decision.kind is DecisionKind.COST and any(
+            m.batch_size > 0 for m in modes.values() if m.gpu_group == group):
+        # Served its leader while busy: no switch waits. A decision on an idle group
+        # prices a batch of one, which says nothing of the busy group's switch (in
+        # closed-loop waves each wave's first request would end the deferral).
+        memory.clear_deferred(group)
     return inputs, decision

@@ -99,6 +99,9 @@ class DecisionInput:
     # Since when each device group's cost leader has led without a break (mode -> time,
     # from ``Decision.leader``): a lasting lead needs a smaller margin to win.
     leading_since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # Since when each device group's held mode has deferred a switch to whichever mode
+    # led it beyond the margin (mode -> time; ``Decision.deferred``).
+    deferred_since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     # The mix each device group serves: requests in flight on this replica, forced
     # ones included (mode -> workload class -> count), and what is learned about
     # those classes (class -> ClassLearned). Empty: decide on this request's class alone.
@@ -153,6 +156,9 @@ class Decision:
     scores: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     # The cheapest mode by cost, whether or not it was chosen; None for a forced mode.
     leader: str | None = None
+    # HOLD beyond the margin: the switch to ``leader`` waits for its lead to pay for
+    # the drain (``AdaptivePolicy._defer``).
+    deferred: bool = False
 
     @property
     def reason(self) -> str:

@@ -16,6 +16,7 @@ class RoutingMemory:
         self._previous: dict[str, str] = {}
         self._last_won: dict[str, float] = {}
         self._leading: dict[str, tuple[str, float]] = {}   # device group -> (mode, since)
+        self._deferred: dict[str, tuple[str, float]] = {}  # device group -> (held, since)
         self._wins = 0
 
     def previous_mode(self, workload_class: str) -> str | None:
@@ -37,6 +38,24 @@ class RoutingMemory:
     def leading_since(self) -> dict[str, float]:
         """Since when each device group's cost leader has led (mode -> time)."""
         return {mode: since for mode, since in self._leading.values()}
+
+    def note_deferred(self, group: str, mode: str, now: float) -> None:
+        """``mode`` was held in ``group`` although a mode led it by more than the
+        margin: its deferral runs from the first such hold until ``clear_deferred``,
+        whichever mode leads meanwhile. Two modes level with each other and both
+        ahead of the held one trade the lead back and forth; a clock per leader
+        would start over at each trade and never see how long a switch has waited."""
+        current = self._deferred.get(group)
+        if current is None or current[0] != mode:
+            self._deferred[group] = (mode, now)
+
+    def clear_deferred(self, group: str) -> None:
+        """``group`` served its cost leader: no switch is waiting there."""
+        self._deferred.pop(group, None)
+
+    def deferred_since(self) -> dict[str, float]:
+        """Since when each device group's held mode has deferred a switch (mode -> time)."""
+        return {mode: since for mode, since in self._deferred.values()}
 
     def last_won(self) -> dict[str, float]:
         """When each mode last won an auto decision, as a sequence number."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.assemble import decide_auto
-from policies.base import ModeLoad
+from policies.base import Decision, DecisionKind, ModeLoad
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
@@ -34,3 +36,41 @@ def test_a_decision_sees_each_modes_acceptance_over_every_class() -> None:
     assert level.drafts == 40
     assert level.mean_accepted_length == (30 * 4.0 + 10 * 2.0) / 40
     assert "standard" not in inputs.mode_acceptance
+
+
+def test_a_deferred_switch_is_remembered_until_the_group_serves_its_leader() -> None:
+    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                              clock=lambda: NOW)
+    # EAGLE-3 accepts nothing on code: plain decoding is cheaper.
+    state.observe("eagle3", "code", drafts=100, draft_tokens=300, accepted=0,
+                  completion_tokens=101, now=NOW)
+    modes = {m: ModeLoad(mode=m, up=True, batch_size=4 if m == "eagle3" else 0,
+                         speculative=m != "standard", method=None if m == "standard" else m,
+                         num_speculative_tokens=0 if m == "standard" else 3)
+             for m in ("standard", "eagle3")}
+    busy = {"eagle3": {"code": 4}}
+    memory = RoutingMemory()
+    memory.remember("code", "eagle3")                     # EAGLE-3 won last
+
+    def ask(policy: AdaptivePolicy, now: float) -> Decision:
+        return decide_auto(policy, state, memory, modes, prompt_tokens=50, max_tokens=100,
+                           workload_class="code", now=now, in_flight=busy,
+                           explore_draw=0.99)[1]
+
+    wide = AdaptivePolicy(AdaptiveSettings(hysteresis=1.0))        # within the margin
+    assert (ask(wide, NOW).kind, memory.deferred_since()) == (DecisionKind.HOLD, {})
+    waits = AdaptivePolicy(AdaptiveSettings(hysteresis=0.0, drain_payback=100.0))
+    decision = ask(waits, NOW + 1)
+    assert (decision.mode, decision.deferred) == ("eagle3", True)
+    assert memory.deferred_since() == {"eagle3": NOW + 1}
+    assert ask(waits, NOW + 2).deferred and memory.deferred_since() == {"eagle3": NOW + 1}
+    # The group empties between two closed-loop waves: the next wave's first request
+    # is priced alone, and the switch still waits from where it began.
+    idle = {m: replace(load, batch_size=0) for m, load in modes.items()}
+    alone = decide_auto(waits, state, memory, idle, prompt_tokens=50, max_tokens=100,
+                        workload_class="code", now=NOW + 3, in_flight={},
+                        explore_draw=0.99)[1]
+    assert alone.kind is DecisionKind.COST
+    assert memory.deferred_since() == {"eagle3": NOW + 1}
+    switches = AdaptivePolicy(AdaptiveSettings(hysteresis=0.0, drain_payback=0.0))
+    assert (ask(switches, NOW + 4).mode, memory.deferred_since()) == ("standard", {})

@@ -28,3 +28,16 @@ def test_a_group_leader_keeps_the_time_it_took_the_lead() -> None:
     memory.note_leader("gpu0", "standard", 20.0)         # a new leader starts over
     memory.note_leader("gpu0", "dflash", 21.0)
     assert memory.leading_since() == {"dflash": 21.0, "ngram": 12.0}
+
+
+def test_a_deferred_switch_keeps_its_start_until_the_group_serves_its_leader() -> None:
+    """Two leaders trading the lead do not restart the held mode's deferral."""
+    memory = RoutingMemory()
+    memory.note_deferred("gpu0", "eagle3", now=10.0)     # behind plain decoding
+    memory.note_deferred("gpu0", "eagle3", now=12.0)     # behind n-gram now
+    memory.note_deferred("gpu1", "dflash", now=11.0)
+    assert memory.deferred_since() == {"eagle3": 10.0, "dflash": 11.0}
+    memory.clear_deferred("gpu0")                         # the leader served
+    assert memory.deferred_since() == {"dflash": 11.0}
+    memory.note_deferred("gpu0", "standard", now=16.0)   # held behind in turn
+    assert memory.deferred_since() == {"standard": 16.0, "dflash": 11.0}

@@ -126,3 +126,24 @@ def test_a_fresh_estimate_is_not_explored_again() -> None:
     fresh = replace(stale, acceptance={**stale.acceptance,
                                        "eagle3": learned(3.0, requests=10)})   # 500 steps
     assert policy.decide(fresh).reason.startswith("cost:")
+
+
+def test_a_drain_hold_ends_although_two_leaders_trade_the_lead() -> None:
+    """Plain decoding and n-gram level with each other, both far ahead of the held
+    EAGLE-3: whichever leads has led only a moment, but the switch has waited for as
+    long as the group has deferred it, and that is the lead the drain is paid from
+    (stop 29's CPU sweep held EAGLE-3 20-30% behind for whole cells this way)."""
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
+    fresh_leader = replace(held_eagle3(FAR), leading_since={"dflash": 99.9})
+    held = policy.decide(fresh_leader)
+    assert (held.mode, held.deferred) == ("eagle3", True)
+    deferred_long = replace(fresh_leader, deferred_since={"eagle3": 0.0})
+    assert policy.decide(deferred_long).mode == "dflash"
+    # Deferred since a moment ago: the hold stands.
+    assert policy.decide(replace(fresh_leader, deferred_since={"eagle3": 99.9})).mode == "eagle3"
+
+
+def test_a_hold_within_the_margin_defers_nothing() -> None:
+    decision = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2)).decide(held_eagle3(CLOSE))
+    assert (decision.mode, decision.kind, decision.deferred) == ("eagle3", DecisionKind.HOLD,
+                                                                 False)
