@@ -16,6 +16,7 @@ from policies.base import (
     ModeLoad,
     NoModeAvailable,
     Policy,
+    group_busy,
 )
 from policies.cost import (
     ClassShare,
@@ -253,10 +254,10 @@ class AdaptivePolicy(Policy):
         if not self.settings.group_mix:
             return previous
         group = inputs.modes[best].gpu_group
-        members = [m for m in inputs.modes.values() if m.gpu_group == group]
-        if not any(m.batch_size > 0 for m in members):
+        if not group_busy(inputs.modes, group):
             return previous
-        won = [(inputs.last_won[m.mode], m.mode) for m in members if m.mode in inputs.last_won]
+        won = [(inputs.last_won[m.mode], m.mode) for m in inputs.modes.values()
+               if m.gpu_group == group and m.mode in inputs.last_won]
         return max(won)[1] if won else previous
 
     def _explore(self, inputs: DecisionInput, candidates: list[ModeLoad],

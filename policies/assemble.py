@@ -18,6 +18,7 @@ from policies.base import (
     DecisionKind,
     ModeLoad,
     Policy,
+    group_busy,
     pooled_acceptance,
 )
 from policies.routing_memory import RoutingMemory
@@ -49,8 +50,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
     group = modes[decision.mode].gpu_group
     if decision.deferred:
         memory.note_deferred(group, decision.mode, now)
-    elif decision.kind is DecisionKind.COST and any(
-            m.batch_size > 0 for m in modes.values() if m.gpu_group == group):
+    elif decision.kind is DecisionKind.COST and group_busy(modes, group):
         # Served its leader while busy: no switch waits. A decision on an idle group
         # prices a batch of one, which says nothing of the busy group's switch (in
         # closed-loop waves each wave's first request would end the deferral).

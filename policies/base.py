@@ -116,6 +116,11 @@ class DecisionInput:
         default_factory=lambda: MappingProxyType({}))
 
 
+def group_busy(modes: Mapping[str, ModeLoad], group: str) -> bool:
+    """Does any engine of device group ``group`` hold requests?"""
+    return any(m.batch_size > 0 for m in modes.values() if m.gpu_group == group)
+
+
 def pooled_acceptance(classes: Mapping[str, ClassLearned]) -> dict[str, LearnedAcceptance]:
     """Each mode's learned acceptance over every class, weighted by evidence
     (verification steps): its drafter's own level, whatever the class."""

@@ -1,7 +1,8 @@
 """This replica's routing memory: what its own recent auto decisions were.
 
 Hysteresis and switching read it (the last winner per workload class, when each
-mode last won, since when each device group's cost leader has led). It is local
+mode last won, since when each device group's cost leader has led, since when
+the mode it holds has deferred a switch). It is local
 to the replica that decided, never shared through the store, and kept apart
 from the learned statistics (``shared_state.py``), which are shared.
 """
