@@ -109,6 +109,10 @@ class AdaptivePolicy(Policy):
         starts = [t for t in (inputs.leading_since.get(best.mode),
                               inputs.deferred_since.get(held.mode)) if t is not None]
         led = max(inputs.now - min(starts), 0.0) if starts else 0.0
+        # However briefly it has led, the requests that give the lead are already
+        # here: it lasts at least as long as a request of the group's mix takes on
+        # ``best`` (a burst of arrivals leads from its first instant).
+        led = max(led, best.total_s)
         lead = held.total_s / best.total_s - 1.0
         return lead * led < s.drain_payback * drain
 
@@ -179,6 +183,9 @@ class AdaptivePolicy(Policy):
             if s.group_mix:
                 group.flight.extend((load, cls, n) for cls, n in
                                     inputs.in_flight.get(load.mode, {}).items() if n > 0)
+        for name, group in groups.items():
+            # A group that held a batch a moment ago will again: closed-loop waves.
+            group.batch = max(group.batch, round(inputs.recent_batch.get(name, 0.0)))
         own = ClassShare(1.0, output, inputs.acceptance)
         for group in groups.values():
             group.shares = [own, *self._mix(inputs, group.flight)]
@@ -241,7 +248,8 @@ class AdaptivePolicy(Policy):
         converges to once new requests follow (docs/policy.md, "Design notes")."""
         group = groups[load.gpu_group]
         return estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
-                            self.settings, scale, optimistic, plain_prefill(inputs.modes),
+                            self.settings, scale, optimistic,
+                            plain_prefill(inputs.modes, self.settings),
                             inputs.mode_acceptance.get(load.mode))
 
     def _incumbent(self, inputs: DecisionInput, best: str) -> str | None:

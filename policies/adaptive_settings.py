@@ -63,6 +63,11 @@ class AdaptiveSettings(BaseModel):
         "while the held engine has requests, until its lead times how long it has led "
         "exceeds this times the device time the held engine's drain would cost (it keeps "
         "stepping beside the new mode until its last request ends); 0: no wait")
+    batch_memory_s: float = Field(
+        2.0, ge=0.0, le=600.0, description="a device group is priced at no less than its "
+        "batch averaged over about this many seconds: closed-loop clients arrive in "
+        "waves, and a wave's first request, finding the group empty, would be priced as if "
+        "alone while the rest of the wave follows within milliseconds; 0: the batch now")
     externality_weight: float = Field(1.0, ge=0.0, le=10.0, description="weight of the delay "
                                       "a request adds to the others sharing its device")
     unmeasured_exploration_boost: float = Field(

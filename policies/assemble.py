@@ -11,7 +11,9 @@ group's cost leader, and since when the mode it holds has deferred a switch).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
+from policies.adaptive_settings import AdaptiveSettings
 from policies.base import (
     Decision,
     DecisionInput,
@@ -31,6 +33,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
                 in_flight: Mapping[str, Mapping[str, int]],
                 explore_draw: float) -> tuple[DecisionInput, Decision]:
     """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does."""
+    modes = with_in_flight(modes, in_flight)
     also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
     classes = state.learned_classes(now, also)  # one snapshot of what is learned
     this = classes[workload_class]
@@ -41,8 +44,15 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         previous_mode=memory.previous_mode(workload_class), explore_draw=explore_draw,
         in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
         deferred_since=memory.deferred_since(),
+        recent_batch=memory.recent_batch(now, policy_batch_memory(policy)),
         classes=classes, mode_acceptance=pooled_acceptance(classes))
     decision = policy.decide(inputs)
+    memory_s = policy_batch_memory(policy)
+    for group in {load.gpu_group for load in modes.values()}:
+        sent = sum(load.batch_size for load in modes.values() if load.gpu_group == group)
+        # This request joins the chosen group's batch.
+        memory.note_batch(group, sent + (group == modes[decision.mode].gpu_group),
+                          now, memory_s)
     if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
         memory.remember(workload_class, decision.mode)
     if decision.leader is not None and decision.leader in modes:
@@ -56,3 +66,29 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         # closed-loop waves each wave's first request would end the deferral).
         memory.clear_deferred(group)
     return inputs, decision
+
+
+def with_in_flight(modes: Mapping[str, ModeLoad],
+                   in_flight: Mapping[str, Mapping[str, int]]) -> Mapping[str, ModeLoad]:
+    """Each engine's batch, never below the requests the caller has open there.
+
+    An engine's stat logger reports its batch once a step has run with it, so a burst
+    of requests that arrive within a step all read the batch from before the burst:
+    each was priced as if alone on an idle device (stop 31's CPU sweep: at four
+    concurrent requests the first three of each wave saw every engine at batch 0 and
+    went to a speculative mode, the fourth saw three and went to plain decoding). The
+    requests in flight, counted where they are sent, are never behind."""
+    if not in_flight:
+        return modes
+    out = dict(modes)
+    for name, load in modes.items():
+        open_here = sum(in_flight.get(name, {}).values())
+        if open_here > load.batch_size:
+            out[name] = replace(load, batch_size=open_here)
+    return out
+
+
+def policy_batch_memory(policy: Policy) -> float:
+    """The policy's ``batch_memory_s`` (0 for a policy without one)."""
+    settings = getattr(policy, "settings", None)
+    return settings.batch_memory_s if isinstance(settings, AdaptiveSettings) else 0.0

@@ -102,6 +102,11 @@ class DecisionInput:
     # Since when each device group's held mode has deferred a switch to whichever mode
     # led it beyond the margin (mode -> time; ``Decision.deferred``).
     deferred_since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # Each device group's recent batch: its requests in flight averaged over the last
+    # ``batch_memory_s`` (group -> requests; ``RoutingMemory.recent_batch``). A group
+    # that empties between closed-loop waves is priced at the batch the next wave
+    # brings, not as if this request would run alone.
+    recent_batch: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     # The mix each device group serves: requests in flight on this replica, forced
     # ones included (mode -> workload class -> count), and what is learned about
     # those classes (class -> ClassLearned). Empty: decide on this request's class alone.

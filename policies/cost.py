@@ -176,7 +176,8 @@ def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: 
     before = step_time(candidate, candidate.batch_size, settings, scale)
     after = step_time(candidate, candidate.batch_size + 1, settings, scale)
     n = rounds(output_tokens, tau)
-    own = _prefill(candidate, prompt_tokens, settings, scale, plain_prefill(modes)) + \
+    own = _prefill(candidate, prompt_tokens, settings, scale,
+                   plain_prefill(modes, settings)) + \
         n * (others + after)
     waiting_requests = sum(m.batch_size for m in group)
     delay = settings.externality_weight * waiting_requests * (after - before) * n
@@ -233,12 +234,27 @@ def rounds(output_tokens: float, tau: float) -> float:
     return max((output_tokens - 1.0) / tau, 1.0) if output_tokens > 1.0 else 0.0
 
 
-def plain_prefill(modes: Mapping[str, ModeLoad]) -> float | None:
-    """The plain engine's measured prefill seconds per request, if any."""
+def plain_prefill(modes: Mapping[str, ModeLoad],
+                  settings: AdaptiveSettings | None = None) -> float | None:
+    """Plain decoding's device seconds to prefill a request, as measured: the plain
+    engine's own figure; else, given ``settings``, what the measured speculative
+    engines imply once their drafters' prefill (each prior's ``prefill_overhead``) is
+    taken off, averaged. A mode without a measurement of its own is priced from this,
+    so that every mode's prefills are priced on the same basis (the traffic served)
+    rather than one at the measured mean and another at this request's prompt length,
+    which would let a short or long prompt alone decide where the group goes."""
     for load in modes.values():
         if load.method is None and load.prefill_s is not None:
             return load.prefill_s
-    return None
+    if settings is None:
+        return None
+    implied = []
+    for load in modes.values():
+        if load.prefill_s is not None:
+            prior = settings.prior_for(load.method)
+            implied.append(load.prefill_s /
+                           (1.0 + (prior.prefill_overhead if prior is not None else 0.0)))
+    return sum(implied) / len(implied) if implied else None
 
 
 def _prefill(candidate: ModeLoad, prompt_tokens: int, settings: AdaptiveSettings,

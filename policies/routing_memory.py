@@ -9,6 +9,7 @@ from the learned statistics (``shared_state.py``), which are shared.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -19,6 +20,8 @@ class RoutingMemory:
         self._leading: dict[str, tuple[str, float]] = {}   # device group -> (mode, since)
         self._deferred: dict[str, tuple[str, float]] = {}  # device group -> (held, since)
         self._wins = 0
+        # device group -> (time-averaged batch, when last noted, batch since then)
+        self._load: dict[str, tuple[float, float, int]] = {}
 
     def previous_mode(self, workload_class: str) -> str | None:
         return self._previous.get(workload_class)
@@ -57,6 +60,27 @@ class RoutingMemory:
     def deferred_since(self) -> dict[str, float]:
         """Since when each device group's held mode has deferred a switch (mode -> time)."""
         return {mode: since for mode, since in self._deferred.values()}
+
+    def note_batch(self, group: str, batch: int, now: float, memory_s: float) -> None:
+        """``group`` holds ``batch`` requests from ``now`` on: the batch since the last
+        note joins its average with weight ``1 - exp(-elapsed / memory_s)``."""
+        self._load[group] = (self._average(group, now, memory_s), now, batch)
+
+    def recent_batch(self, now: float, memory_s: float) -> dict[str, float]:
+        """Each device group's batch averaged over about the last ``memory_s``
+        (group -> requests), like a load average: a group that held eight requests
+        a moment ago and none now reads about eight."""
+        return {group: self._average(group, now, memory_s) for group in self._load}
+
+    def _average(self, group: str, now: float, memory_s: float) -> float:
+        known = self._load.get(group)
+        if known is None:
+            return 0.0
+        average, since, batch = known
+        if memory_s <= 0:
+            return float(batch)
+        keep = math.exp(-max(now - since, 0.0) / memory_s)
+        return keep * average + (1.0 - keep) * batch
 
     def last_won(self) -> dict[str, float]:
         """When each mode last won an auto decision, as a sequence number."""

@@ -17,6 +17,7 @@ from policies.base import (
     ModeLoad,
     NoModeAvailable,
 )
+from policies.cost import plain_prefill
 
 K = {"standard": 0, "ngram": 4, "eagle3": 3, "dflash": 4}
 METHOD = {"standard": None, "ngram": "ngram", "eagle3": "eagle3", "dflash": "dflash"}
@@ -412,3 +413,47 @@ def test_a_batch_waits_through_its_prefills_so_a_costly_prefill_loses_at_batch()
     assert decide(3, 0.110, 0.110) == "eagle3"        # the same prefill: decode decides
     assert decide(3, 0.110, 0.180) == "standard"      # a batch of 4 waits for 4 prefills
     assert decide(0, 0.110, 0.180) == "eagle3"        # alone, one prefill is paid back
+
+
+def test_an_unmeasured_prefill_is_priced_from_the_measured_ones_not_this_prompt() -> None:
+    """Stop 31: plain decoding had not yet timed a prefill beside running decodes, so its
+    batch's prefills were priced at this request's prompt length while EAGLE-3's were its
+    measured mean. A short prompt then sent the group one way and a long one the other,
+    and the lead flickered with every arrival (the simulator's mixed run at c = 128).
+    Priced from what the measured engine implies, the decision no longer turns on the
+    prompt's length."""
+    plain = ((1, 0.055, 100), (4, 0.061, 100))
+    eagle = ((1, 0.080, 100), (4, 0.100, 100))
+    settings = AdaptiveSettings(enabled_modes=["standard", "eagle3"], exploration_share=0.0)
+    modes = {"standard": load("standard", profile=plain),
+             "eagle3": replace(load("eagle3", batch=3, profile=eagle), prefill_s=0.110)}
+
+    def costs(prompt_tokens: int) -> Mapping[str, float]:
+        return AdaptivePolicy(settings).decide(replace(
+            case(max_tokens=32, modes=modes, acceptance={"eagle3": learned(1.8)}),
+            prompt_tokens=prompt_tokens)).scores
+
+    short, long = costs(20), costs(4000)
+    assert short == pytest.approx(long)
+    # Plain decoding's prefill is what EAGLE-3's implies without its drafter's share.
+    prior = settings.prior_for("eagle3")
+    assert prior is not None
+    overhead = prior.prefill_overhead
+    assert plain_prefill(modes, settings) == pytest.approx(0.110 / (1.0 + overhead))
+
+
+def test_a_group_that_emptied_between_waves_is_priced_at_the_wave_it_held() -> None:
+    """Closed-loop clients finish together and send again within milliseconds: the next
+    wave's first request finds every engine empty. Priced as alone, it went to a
+    speculative mode that the rest of the wave then had to leave (stop 31's CPU sweep,
+    four and eight concurrent requests). Priced at the group's recent batch, it goes
+    where the wave will be served best."""
+    plain = ((1, 0.050, 100), (4, 0.060, 100), (8, 0.075, 100))
+    eagle = ((1, 0.060, 100), (4, 0.140, 100), (8, 0.260, 100))
+    settings = AdaptiveSettings(enabled_modes=["standard", "eagle3"], exploration_share=0.0)
+    modes = {"standard": replace(load("standard", profile=plain), prefill_s=0.05),
+             "eagle3": replace(load("eagle3", profile=eagle), prefill_s=0.06)}
+    alone = case(max_tokens=128, modes=modes, acceptance={"eagle3": learned(1.8)})
+    policy = AdaptivePolicy(settings)
+    assert policy.decide(alone).mode == "eagle3"
+    assert policy.decide(replace(alone, recent_batch={"0": 7.6})).mode == "standard"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+
+import pytest
 
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
@@ -74,3 +77,50 @@ def test_a_deferred_switch_is_remembered_until_the_group_serves_its_leader() -> 
     assert memory.deferred_since() == {"eagle3": NOW + 1}
     switches = AdaptivePolicy(AdaptiveSettings(hysteresis=0.0, drain_payback=0.0))
     assert (ask(switches, NOW + 4).mode, memory.deferred_since()) == ("standard", {})
+
+
+def test_a_burst_is_priced_at_the_requests_already_sent_not_the_lagging_stats() -> None:
+    """Stop 31's CPU sweep: a wave of four requests arrives within a millisecond, before
+    any engine has stepped with the first of them, so each engine's reported batch is
+    still 0. Priced that way, the first three each went to EAGLE-3 as if alone on an
+    idle device. The requests the dispatcher has open there are the batch."""
+    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                              clock=lambda: NOW)
+    modes = {m: ModeLoad(mode=m, up=True, batch_size=0, speculative=m != "standard",
+                         method=None if m == "standard" else m,
+                         num_speculative_tokens=0 if m == "standard" else 3)
+             for m in ("standard", "eagle3")}
+    sent = {"eagle3": {"chat": 3}}
+    inputs, _ = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
+                            prompt_tokens=50, max_tokens=100, workload_class="chat",
+                            now=NOW, in_flight=sent, explore_draw=0.99)
+    assert inputs.modes["eagle3"].batch_size == 3
+    assert inputs.modes["standard"].batch_size == 0
+    # A report ahead of the dispatcher's count (requests it does not see) stands.
+    ahead = {**modes, "standard": replace(modes["standard"], batch_size=5)}
+    inputs, _ = decide_auto(AdaptivePolicy(), state, RoutingMemory(), ahead,
+                            prompt_tokens=50, max_tokens=100, workload_class="chat",
+                            now=NOW, in_flight=sent, explore_draw=0.99)
+    assert inputs.modes["standard"].batch_size == 5
+
+
+def test_each_decision_notes_its_groups_batch_this_request_included() -> None:
+    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                              clock=lambda: NOW)
+    modes = {m: ModeLoad(mode=m, up=True, batch_size=0, speculative=m != "standard",
+                         method=None if m == "standard" else m,
+                         num_speculative_tokens=0 if m == "standard" else 3)
+             for m in ("standard", "eagle3")}
+    memory = RoutingMemory()
+    policy = AdaptivePolicy(AdaptiveSettings(batch_memory_s=2.0))
+
+    def ask(now: float, sent: dict[str, dict[str, int]]) -> float:
+        inputs, _ = decide_auto(policy, state, memory, modes, prompt_tokens=50,
+                                max_tokens=100, workload_class="chat", now=now,
+                                in_flight=sent, explore_draw=0.99)
+        return inputs.recent_batch.get("0", 0.0)
+
+    assert ask(NOW, {"eagle3": {"chat": 3}}) == 0.0      # nothing noted before
+    # Four requests (the three sent and this one) held for the second since, in an
+    # average over about two seconds.
+    assert ask(NOW + 1.0, {}) == pytest.approx(4 * (1 - math.exp(-0.5)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from policies.routing_memory import RoutingMemory
 
 
@@ -41,3 +43,16 @@ def test_a_deferred_switch_keeps_its_start_until_the_group_serves_its_leader() -
     assert memory.deferred_since() == {"dflash": 11.0}
     memory.note_deferred("gpu0", "standard", now=16.0)   # held behind in turn
     assert memory.deferred_since() == {"standard": 16.0, "dflash": 11.0}
+
+
+def test_a_groups_recent_batch_is_a_load_average_of_what_it_held() -> None:
+    memory = RoutingMemory()
+    assert memory.recent_batch(0.0, 2.0) == {}
+    for t in range(20):                             # eight requests for 10 s
+        memory.note_batch("gpu0", 8, t * 0.5, 2.0)
+    assert memory.recent_batch(10.0, 2.0)["gpu0"] == pytest.approx(8.0, abs=0.1)
+    memory.note_batch("gpu0", 0, 10.0, 2.0)         # the wave ended: empty from now on
+    assert memory.recent_batch(10.05, 2.0)["gpu0"] > 7.5       # the next wave's first
+    assert memory.recent_batch(20.0, 2.0)["gpu0"] < 0.1        # long idle: forgotten
+    # memory 0: the batch now.
+    assert memory.recent_batch(10.05, 0.0)["gpu0"] == 0.0

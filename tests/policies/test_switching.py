@@ -12,7 +12,10 @@ from tests.policies.test_adaptive import K, case, learned, load
 
 # DFlash ahead of EAGLE-3 (the held mode) by about 8% on this request.
 CLOSE = {"dflash": learned(4.0), "eagle3": learned(3.7), "ngram": learned(1.0)}
-# DFlash far ahead: beyond any margin.
+# DFlash well ahead (about 50%): beyond any margin, not by enough to pay for the drain
+# of long answers at once.
+BEYOND = {"dflash": learned(5.0), "eagle3": learned(3.2), "ngram": learned(1.0)}
+# DFlash far ahead (about 140%): the held engine is more than twice as slow.
 FAR = {"dflash": learned(5.0), "eagle3": learned(2.0), "ngram": learned(1.0)}
 
 
@@ -61,7 +64,7 @@ def test_a_switch_waits_until_the_lead_has_paid_for_the_drain() -> None:
     """Beyond the margin, traffic still stays while the held engine has long answers
     in flight, until lead x time led exceeds the drain (the old engine keeps stepping
     beside the new one until its last request ends)."""
-    inputs = held_eagle3(FAR)
+    inputs = held_eagle3(BEYOND)
     assert lead(inputs) > 0.3
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
     held = policy.decide(inputs)
@@ -77,12 +80,25 @@ def test_a_switch_waits_until_the_lead_has_paid_for_the_drain() -> None:
     assert AdaptivePolicy(AdaptiveSettings(drain_payback=0.0)).decide(inputs).mode == "dflash"
 
 
+def test_a_lead_far_beyond_the_drain_switches_from_its_first_instant() -> None:
+    """A burst arrives at once: the lead it gives has lasted no time, but the requests
+    that give it are here and will be served for at least a request's life. Held until
+    the clock ran (stop 31's CPU sweep, this machine: at c = 4 and 8 each wave's first
+    request, alone on an idle device, went to EAGLE-3 and the seven after it were held
+    there 22-62% behind plain decoding, auto 0.67-0.71x of it)."""
+    inputs = held_eagle3(FAR)
+    assert lead(inputs) > 1.0
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
+    assert policy.decide(inputs).mode == "dflash"
+    assert policy.decide(replace(inputs, leading_since={"dflash": 100.0})).mode == "dflash"
+
+
 def test_short_answers_drain_fast_and_switch_sooner() -> None:
     """The drain is priced from the longest class in flight on the held engine."""
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
     led_2s = {"dflash": 98.0}
-    long_answers = replace(held_eagle3(FAR), leading_since=led_2s)
-    short = ClassLearned(FAR, 20.0)
+    long_answers = replace(held_eagle3(BEYOND), leading_since=led_2s)
+    short = ClassLearned(BEYOND, 20.0)
     short_answers = replace(long_answers, classes={"default": short})
     assert policy.decide(long_answers).mode == "eagle3"
     assert policy.decide(short_answers).mode == "dflash"
@@ -134,7 +150,7 @@ def test_a_drain_hold_ends_although_two_leaders_trade_the_lead() -> None:
     long as the group has deferred it, and that is the lead the drain is paid from
     (stop 29's CPU sweep held EAGLE-3 20-30% behind for whole cells this way)."""
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
-    fresh_leader = replace(held_eagle3(FAR), leading_since={"dflash": 99.9})
+    fresh_leader = replace(held_eagle3(BEYOND), leading_since={"dflash": 99.9})
     held = policy.decide(fresh_leader)
     assert (held.mode, held.deferred) == ("eagle3", True)
     deferred_long = replace(fresh_leader, deferred_since={"eagle3": 0.0})
