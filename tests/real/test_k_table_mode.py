@@ -58,13 +58,16 @@ async def test_a_k_table_drafts_alone_and_not_in_a_batch(tmp_path: Path) -> None
             assert after_alone > 0, "K = 3 at batch 1: the engine drafts"
             assert alone == plain
             together = await asyncio.gather(*(complete(h, "eagle3_k", model)
-                                              for _ in range(4)))
-            # K = 0 from batch 2: four requests drafting at every step would add about
-            # 4 x ``after_alone`` drafts. Together they add far fewer: only the steps one
-            # of them runs alone draft (on a loaded machine the first can run a while
-            # before the others arrive, or finish after them).
+                                              for _ in range(8)))
+            # K = 0 from batch 2: eight requests drafting at every step would add about
+            # 8 x ``after_alone`` drafts. Together they add far fewer: only the steps one
+            # of them runs alone draft (about 1 here when the machine is quiet). On a
+            # loaded machine the first can run a while before the others arrive, and the
+            # last on after them: stop 31's CI saw four requests add 2 x ``after_alone``,
+            # as if two had run alone start to end; so eight, and half of what drafting
+            # throughout would add.
             added = drafts(process) - after_alone
-            assert added < 2 * after_alone, (added, after_alone, process.log_tail())
+            assert added < 4 * after_alone, (added, after_alone, process.log_tail())
             assert all(text == plain for text in together)
     finally:
         process.stop()
