@@ -183,11 +183,10 @@ class AdaptivePolicy(Policy):
             if s.group_mix:
                 group.flight.extend((load, cls, n) for cls, n in
                                     inputs.in_flight.get(load.mode, {}).items() if n > 0)
+        own = ClassShare(1.0, output, inputs.acceptance)
         for name, group in groups.items():
             # A group that held a batch a moment ago will again: closed-loop waves.
             group.batch = max(group.batch, round(inputs.recent_batch.get(name, 0.0)))
-        own = ClassShare(1.0, output, inputs.acceptance)
-        for group in groups.values():
             group.shares = [own, *self._mix(inputs, group.flight)]
         return groups
 

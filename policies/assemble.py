@@ -34,6 +34,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
                 explore_draw: float) -> tuple[DecisionInput, Decision]:
     """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does."""
     modes = with_in_flight(modes, in_flight)
+    memory_s = policy_batch_memory(policy)
     also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
     classes = state.learned_classes(now, also)  # one snapshot of what is learned
     this = classes[workload_class]
@@ -44,15 +45,15 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         previous_mode=memory.previous_mode(workload_class), explore_draw=explore_draw,
         in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
         deferred_since=memory.deferred_since(),
-        recent_batch=memory.recent_batch(now, policy_batch_memory(policy)),
+        recent_batch=memory.recent_batch(now, memory_s),
         classes=classes, mode_acceptance=pooled_acceptance(classes))
     decision = policy.decide(inputs)
-    memory_s = policy_batch_memory(policy)
-    for group in {load.gpu_group for load in modes.values()}:
-        sent = sum(load.batch_size for load in modes.values() if load.gpu_group == group)
-        # This request joins the chosen group's batch.
-        memory.note_batch(group, sent + (group == modes[decision.mode].gpu_group),
-                          now, memory_s)
+    batches = {load.gpu_group: 0 for load in modes.values()}
+    batches[modes[decision.mode].gpu_group] += 1          # this request joins it
+    for load in modes.values():
+        batches[load.gpu_group] += load.batch_size
+    for group, batch in batches.items():
+        memory.note_batch(group, batch, now, memory_s)
     if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
         memory.remember(workload_class, decision.mode)
     if decision.leader is not None and decision.leader in modes:

@@ -79,6 +79,14 @@ def test_a_deferred_switch_is_remembered_until_the_group_serves_its_leader() -> 
     assert (ask(switches, NOW + 4).mode, memory.deferred_since()) == ("standard", {})
 
 
+def idle_plain_and_eagle3() -> dict[str, ModeLoad]:
+    """Plain decoding and EAGLE-3 (K = 3) on one device, both reporting batch 0."""
+    return {m: ModeLoad(mode=m, up=True, batch_size=0, speculative=m != "standard",
+                        method=None if m == "standard" else m,
+                        num_speculative_tokens=0 if m == "standard" else 3)
+            for m in ("standard", "eagle3")}
+
+
 def test_a_burst_is_priced_at_the_requests_already_sent_not_the_lagging_stats() -> None:
     """Stop 31's CPU sweep: a wave of four requests arrives within a millisecond, before
     any engine has stepped with the first of them, so each engine's reported batch is
@@ -86,10 +94,7 @@ def test_a_burst_is_priced_at_the_requests_already_sent_not_the_lagging_stats() 
     idle device. The requests the dispatcher has open there are the batch."""
     state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
                               clock=lambda: NOW)
-    modes = {m: ModeLoad(mode=m, up=True, batch_size=0, speculative=m != "standard",
-                         method=None if m == "standard" else m,
-                         num_speculative_tokens=0 if m == "standard" else 3)
-             for m in ("standard", "eagle3")}
+    modes = idle_plain_and_eagle3()
     sent = {"eagle3": {"chat": 3}}
     inputs, _ = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
                             prompt_tokens=50, max_tokens=100, workload_class="chat",
@@ -107,10 +112,7 @@ def test_a_burst_is_priced_at_the_requests_already_sent_not_the_lagging_stats() 
 def test_each_decision_notes_its_groups_batch_this_request_included() -> None:
     state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
                               clock=lambda: NOW)
-    modes = {m: ModeLoad(mode=m, up=True, batch_size=0, speculative=m != "standard",
-                         method=None if m == "standard" else m,
-                         num_speculative_tokens=0 if m == "standard" else 3)
-             for m in ("standard", "eagle3")}
+    modes = idle_plain_and_eagle3()
     memory = RoutingMemory()
     policy = AdaptivePolicy(AdaptiveSettings(batch_memory_s=2.0))
 
