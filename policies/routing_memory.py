@@ -76,9 +76,9 @@ class RoutingMemory:
         known = self._load.get(group)
         if known is None:
             return 0.0
-        average, since, batch = known
         if memory_s <= 0:
-            return float(batch)
+            return 0.0      # no memory: the batch now (which the policy counts itself)
+        average, since, batch = known
         keep = math.exp(-max(now - since, 0.0) / memory_s)
         return keep * average + (1.0 - keep) * batch
 

@@ -54,5 +54,7 @@ def test_a_groups_recent_batch_is_a_load_average_of_what_it_held() -> None:
     memory.note_batch("gpu0", 0, 10.0, 2.0)         # the wave ended: empty from now on
     assert memory.recent_batch(10.05, 2.0)["gpu0"] > 7.5       # the next wave's first
     assert memory.recent_batch(20.0, 2.0)["gpu0"] < 0.1        # long idle: forgotten
-    # memory 0: the batch now.
+    # memory 0: the batch now, whatever was noted last.
     assert memory.recent_batch(10.05, 0.0)["gpu0"] == 0.0
+    memory.note_batch("gpu0", 8, 11.0, 0.0)
+    assert memory.recent_batch(11.05, 0.0)["gpu0"] == 0.0
