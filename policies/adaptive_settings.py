@@ -85,7 +85,7 @@ class AdaptiveSettings(BaseModel):
                             "that serves the whole mix best; false: on this request's class "
                             "alone, which splits a shared device between classes")
     mix_prior_requests: float = Field(
-        8.0, ge=0.0, le=10_000.0, description="with group_mix: weight, in requests, of the "
+        2.0, ge=0.0, le=10_000.0, description="with group_mix: weight, in requests, of the "
         "recent mix of finished requests (every class, decayed with acceptance_half_life_s) "
         "in a busy group's mix; the few requests in flight at low concurrency say little "
         "about what comes next")

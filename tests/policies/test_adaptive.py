@@ -343,6 +343,26 @@ def test_the_recent_mix_steadies_a_small_busy_group() -> None:
         inputs).mode == "dflash"
 
 
+def test_a_small_busy_group_follows_its_requests_when_the_recent_mix_has_drifted() -> None:
+    """The recent mix lags: it remembers minutes of math-heavy traffic, while the three
+    requests in flight and the one arriving are chat, which gains nothing on a drafter.
+    The group is priced on them: plain decoding leads. With the recent mix weighted as
+    eight requests (the default before stop 32) the old math traffic outvotes them and
+    DFlash leads by a quarter: the simulator's mixed run held a falling load at four
+    requests on the wrong mode that way."""
+    classes = math_and_chat()
+    classes["math"] = replace(classes["math"], requests=500.0)
+    classes["chat"] = replace(classes["chat"], requests=50.0)
+    inputs = case(modes={"standard": load("standard", batch=3)}, max_tokens=None,
+                  acceptance=classes["chat"].acceptance, workload_class="chat",
+                  expected_output_tokens=300.0, in_flight={"standard": {"chat": 3}},
+                  classes=classes, previous_mode="standard", last_won={"standard": 1.0})
+    decision = AdaptivePolicy().decide(inputs)
+    assert decision.reason.startswith("cost:standard +")
+    assert AdaptivePolicy(AdaptiveSettings(mix_prior_requests=8.0)).decide(
+        inputs).leader == "dflash"
+
+
 def test_classes_in_flight_are_weighted_by_arrivals_not_by_count() -> None:
     """Long answers stay in flight longer: 20 code requests of 2,000 tokens in flight
     arrive as often as 4 chat requests of 400; counted as they are in flight, code
