@@ -86,11 +86,12 @@ MISSED_WHY = {
         "the best static engine is vLLM's own chain EAGLE-3 at K = 3 (no tree, no table: "
         "4 tokens verified per sequence, 3 one-token draft passes), 3,303 tok/s at seed "
         "100, a baseline since stop 20; against DFlash (3,028), the best static before it, "
-        "auto is 1.16x. The per-phase oracle (the fastest static mode in each phase, "
+        "auto is 1.20x. The per-phase oracle (the fastest static mode in each phase, "
         "switching for free) is only 1.11x the chain (3,665 tok/s), so 1.15x is out of "
-        "reach of any choice among these engines, one at a time; auto reaches 0.988 of "
+        "reach of any choice among these engines, one at a time; auto reaches 0.992 of "
         "it at seed 100 (0.955 before stop 23's pooled prior), losing most at c = 128 "
-        "(plain decoding is faster, the lead flickers and the chain is held): "
+        "on the way up (plain decoding is faster and the drain rule holds the chain a few "
+        "seconds) and at c = 4 on the way down: "
         "docs/simulator.md."),
     "mixed_vs_best_single": (
         "the same chain EAGLE-3 K = 3 engine (static, full graphs) is the best single "
