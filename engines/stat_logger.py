@@ -10,6 +10,7 @@ deltas; this class only adds them up, so it is cheap on that hot path.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +32,13 @@ class LiveCounters:
     steps: StepTimeProfile = field(default_factory=StepTimeProfile)
     prefill: PrefillCost = field(default_factory=PrefillCost)
     speculative: bool = False            # the engine has a drafter
-    # The previous step seen: (engine iteration index, when recorded, anything scheduled).
-    last_step: tuple[int, float, bool] | None = None
+    # Does another engine of this one's device group hold requests now? (None: no
+    # peers.) A step timed while a peer also steps is not this engine's cost: the
+    # cost model adds the peers' steps itself (``policies.cost.estimate``).
+    peers_busy: Callable[[], bool] | None = None
+    # The previous step seen: (engine iteration index, when recorded, anything
+    # scheduled, a peer busy then).
+    last_step: tuple[int, float, bool, bool] | None = None
 
     def observe_step(self, index: int, prefills: int, decodes: int, at: float) -> None:
         """Time one engine step as the interval since the previous one, kept for steps
@@ -41,13 +47,19 @@ class LiveCounters:
         step profile, one that also prefills a sample of the prefill cost
         (``PrefillCost``).
         Not vLLM's ``elapsed_ms``, which misses the forward pass on a single-process
-        executor (docs/policy.md, "Design notes")."""
+        executor (docs/policy.md, "Design notes").
+        Nor a step with a peer of the device group busy at either end: the engines
+        took turns (on a GPU, or on a shared core), so the interval holds the peer's
+        steps too, and the cost model, which adds the peers' steps to every round,
+        would count them twice: an engine timed beside another reads slower than it
+        is, and auto turns away from it."""
+        shared = self.peers_busy is not None and self.peers_busy()
         previous = self.last_step
-        self.last_step = (index, at, prefills + decodes > 0)
+        self.last_step = (index, at, prefills + decodes > 0, shared)
         if previous is None:
             return
-        last_index, last_at, busy = previous
-        if not busy or index != last_index + 1:
+        last_index, last_at, busy, shared_before = previous
+        if not busy or index != last_index + 1 or shared or shared_before:
             return
         if prefills:      # timed only beside running decodes (``PrefillCost.add``)
             self.prefill.add(prefills, at - last_at, decodes, self.steps)

@@ -11,7 +11,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from typing import Any
 
@@ -34,11 +34,18 @@ class VllmEngine(Engine):
         super().__init__(spec.mode)
         self.spec = spec
         self._llm: Any = None
+        # Set by whoever builds the engines of a device group (``share_device``).
+        self.peers_busy: Callable[[], bool] | None = None
         self._counters = LiveCounters(speculative=spec.is_speculative)
         self._in_flight = 0
         self._closed = False
         self.startup_seconds: float | None = None
         self._abandoned: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted here and not yet finished."""
+        return self._in_flight
 
     @property
     def is_up(self) -> bool:
@@ -76,7 +83,8 @@ class VllmEngine(Engine):
                  s.cpu_threads_bind or "auto")
         began = time.monotonic()
         # Fresh counters on every start: a restarted engine's load is not the dead one's.
-        self._counters = LiveCounters(speculative=s.is_speculative)
+        self._counters = LiveCounters(speculative=s.is_speculative,
+                                      peers_busy=self.peers_busy)
         loggers = [make_stat_logger_factory(self._counters)]
         with _env("VLLM_CPU_OMP_THREADS_BIND", s.cpu_threads_bind):
             # The constructor blocks until the engine-core child process has
@@ -240,3 +248,18 @@ def cpu_build_installed() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
+
+
+def share_device(engines: Sequence[VllmEngine]) -> None:
+    """Tell engines that take turns on one device (a device group) about each other,
+    before they start: each times its steps only while the others hold no requests
+    (``LiveCounters.peers_busy``)."""
+    for engine in engines:
+        peers = tuple(p for p in engines if p is not engine)
+        engine.peers_busy = _any_busy(peers) if peers else None
+
+
+def _any_busy(peers: tuple[VllmEngine, ...]) -> Callable[[], bool]:
+    def busy() -> bool:
+        return any(p.in_flight > 0 for p in peers)
+    return busy

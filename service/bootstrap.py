@@ -70,9 +70,24 @@ async def load_components(settings: Settings) -> Components:
                               num_speculative_tokens=mode.num_speculative_tokens or 0,
                               gpu_group=mode.gpu_group or ("cpu" if bind else "0"),
                               k_schedule=mode.k_schedule())
+    if in_process:
+        _share_devices(engines, info)
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
                       engines=engines, max_model_len=settings.max_model_len, mode_info=info,
                       closers=[client.aclose])
+
+
+def _share_devices(engines: dict[str, Engine], info: dict[str, ModeInfo]) -> None:
+    """The in-process engines of each device group learn of one another, so that none
+    times its steps while another takes turns with it (``engines.vllm_engine``)."""
+    from engines.vllm_engine import VllmEngine, share_device
+
+    groups: dict[str, list[VllmEngine]] = {}
+    for name, engine in engines.items():
+        if isinstance(engine, VllmEngine):
+            groups.setdefault(info[name].gpu_group, []).append(engine)
+    for members in groups.values():
+        share_device(members)
 
 
 def _make_engine(settings: Settings, name: str, mode: ModeSettings, model_dir: str,

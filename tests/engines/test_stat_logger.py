@@ -72,3 +72,35 @@ def test_a_prefill_is_not_timed_without_a_decode_step_to_compare() -> None:
     c.observe_step(4, prefills=1, decodes=0, at=9.6)
     c.observe_step(5, prefills=1, decodes=0, at=9.7)
     assert c.prefill.seconds is None
+
+
+def test_a_step_taken_while_a_peer_of_the_device_holds_requests_is_not_timed() -> None:
+    """Engines of one device group take turns: an interval with a peer busy at either
+    end holds the peer's steps too, and the cost model adds those itself."""
+    peer = {"busy": False}
+    c = LiveCounters(peers_busy=lambda: peer["busy"])
+    c.observe_step(0, prefills=0, decodes=2, at=0.0)
+    c.observe_step(1, prefills=0, decodes=2, at=0.05)       # alone: timed
+    peer["busy"] = True
+    c.observe_step(2, prefills=0, decodes=2, at=0.15)       # the peer stepped between
+    c.observe_step(3, prefills=0, decodes=2, at=0.25)
+    peer["busy"] = False
+    c.observe_step(4, prefills=0, decodes=2, at=0.35)       # busy at the interval's start
+    assert c.steps.snapshot() == ((2, pytest.approx(0.05), 1),)
+    c.observe_step(5, prefills=0, decodes=2, at=0.40)       # alone again at both ends
+    (_, seconds, samples), = c.steps.snapshot()
+    assert samples == 2 and seconds == pytest.approx(0.05)
+
+
+def test_engines_sharing_a_device_see_each_others_requests() -> None:
+    from engines.spec import EngineSpec
+    from engines.vllm_engine import VllmEngine, share_device
+
+    a, b, alone = (VllmEngine(EngineSpec(mode=m, model="unused")) for m in ("a", "b", "c"))
+    share_device([a, b])
+    share_device([alone])
+    assert a.peers_busy is not None and b.peers_busy is not None
+    assert alone.peers_busy is None                # a device of its own: always timed
+    assert not a.peers_busy() and not b.peers_busy()
+    b._in_flight = 1                               # what generate() counts
+    assert a.peers_busy() and not b.peers_busy()
