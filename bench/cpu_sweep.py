@@ -23,9 +23,10 @@ up to 20% apart within one cell on a noisy machine; each round starts at the pro
 where the last one ended, so every prompt is sent about equally); ``auto`` learns
 from what every finished request measured, forced ones included, just as in
 production. Every mode serves one request per workload first (warm-up, not
-measured), and each cell starts once every engine is idle, plus a second. Throughput is completion tokens per second of wall time.
-Each ``auto`` request's ``x-spec-decision`` header (why the policy chose its mode,
-with its cost margin) is kept in the cells and printed with each cell.
+measured), and each cell starts once every engine is idle, plus a second.
+Throughput is completion tokens per second of wall time. Each ``auto`` request's
+``x-spec-decision`` header (why the policy chose its mode, with its cost margin) is
+kept in the cells, in the order the requests were sent, and printed with each cell.
 
     .venv/bin/python -m bench.cpu_sweep [--requests-per-client 1] [--max-tokens 32] [--rounds 4]
         [--workloads copy,free,code] [--concurrency 1,2,4,8,16]
@@ -88,7 +89,7 @@ class Cell:
     seconds: float
     latencies: list[float]
     served_by: dict[str, int]
-    decisions: list[str] = field(default_factory=list)  # auto's x-spec-decision, in order
+    decisions: list[str] = field(default_factory=list)  # auto's x-spec-decision, as sent
 
     @property
     def tokens_per_s(self) -> float:
@@ -149,16 +150,20 @@ async def run_cell(client: openai.AsyncOpenAI, model: str, workload: str, concur
     prompts = WORKLOADS[workload]
     per_client = requests_per_client(concurrency, per_client)
     first = round_no * concurrency * per_client   # each round goes on where the last ended
-    results: list[tuple[int, float, str, str]] = []
+    # (when sent, the result): the cell keeps its requests in the order they were sent,
+    # so that auto's decisions read in the order they were made.
+    sent: list[tuple[float, tuple[int, float, str, str]]] = []
 
     async def worker(w: int) -> None:
         for k in range(per_client):
             prompt = prompts[(first + w * per_client + k) % len(prompts)]
-            results.append(await one(client, model, prompt, workload, policy, max_tokens))
+            at = time.monotonic()
+            sent.append((at, await one(client, model, prompt, workload, policy, max_tokens)))
 
     began = time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     seconds = time.monotonic() - began
+    results = [r for _, r in sorted(sent, key=lambda x: x[0])]
     served: dict[str, int] = {}
     for _, _, mode, _ in results:
         served[mode] = served.get(mode, 0) + 1
