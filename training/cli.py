@@ -88,6 +88,15 @@ def add_parser(sub: Any) -> None:
                         "hidden state: the whole target runs in stage 2)")
     p.add_argument("--batch-tokens", type=int, default=6144,
                    help="tokens per training step (raise with the learning rate on a GPU)")
+    p.add_argument("--max-train-minutes", type=float,
+                   help="wall-clock budget of the training stage: the learning-rate "
+                        "schedule runs on whichever of steps (--epochs) and time is further "
+                        "along, and training ends when either is spent (a GPU rented by "
+                        "the minute)")
+    p.add_argument("--features-on-device", action="store_true",
+                   help="keep the target's hidden states in the training device's memory "
+                        "instead of shards on disk (a GPU with room for them: 3.4 kB per "
+                        "token for the embedded model); not resumable, and faster")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -99,6 +108,9 @@ def check_args(args: argparse.Namespace) -> None:
                          "give one")
     if not 0.0 <= args.distill <= 1.0:
         raise SystemExit(f"--distill takes a weight from 0 to 1, not {args.distill}")
+    if args.max_train_minutes is not None and args.max_train_minutes <= 0:
+        raise SystemExit(f"--max-train-minutes takes a positive budget, not "
+                         f"{args.max_train_minutes}")
     if args.dflash_kv_heads is not None and args.method == "eagle3":
         raise SystemExit("--dflash-kv-heads shapes a DFlash drafter: use it with --method "
                          "dflash or both")
@@ -136,7 +148,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
     from training.answers import generate_answers
     from training.device import training_device
     from training.export import export_drafter
-    from training.features import extract_features, feature_layers
+    from training.features import extract_features, feature_layers, features_on_device
     from training.train import TrainConfig, build_model, load_examples, save_metrics, train
 
     device = training_device()
@@ -150,8 +162,13 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                                known=known, engine=args.answers_engine,
                                batch=args.answers_batch, device=device)
     print(f"[2/4] features: layers {layers} on {device}", flush=True)
-    shards = extract_features(target, samples, work / f"features{slice_tag}", layers=layers,
-                              device=device, final=args.distill > 0)
+    shards: Any
+    if args.features_on_device:
+        shards = features_on_device(target, samples, layers=layers, device=device,
+                                    final=args.distill > 0)
+    else:
+        shards = extract_features(target, samples, work / f"features{slice_tag}",
+                                  layers=layers, device=device, final=args.distill > 0)
     vocab = _vocab(work, samples, args.draft_vocab, target, slice_tag,
                    args.init_from if args.keep_vocab else None, known)
     print(f"      draft vocabulary {vocab.size}: covers {vocab.coverage:.1%} of answer tokens")
@@ -165,7 +182,9 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                           anchors_per_seq=args.dflash_anchors,
                           dflash_window=args.dflash_window or None,
                           dflash_kv_heads=args.dflash_kv_heads,
-                          distill=args.distill)
+                          distill=args.distill,
+                          max_seconds=(None if args.max_train_minutes is None
+                                       else args.max_train_minutes * 60))
         print(f"[3/4] training {method} (K={k}) on {device}", flush=True)
         examples = load_examples(shards, vocab, cfg.max_len, final=cfg.distill > 0)
         model = build_model(cfg, target, vocab, len(layers), mask_id)

@@ -84,6 +84,37 @@ def extract_features(model_dir: Path, samples: Sequence[Sample], out_dir: Path, 
     return paths
 
 
+def features_on_device(model_dir: Path, samples: Sequence[Sample], *, layers: Sequence[int],
+                       device: str, batch_tokens: int = 16384,
+                       final: bool = False) -> list[Shard]:
+    """Stage 2 without the disk, for a GPU with memory for every feature: one shard per
+    forward batch, its features left in device memory (fp16, as saved shards hold them)
+    and its tokens on the host. Nothing is resumable, and nothing needs to be: on a
+    GPU the stage takes about a minute, while shards of the whole prompt set (3.4 kB
+    per token for the embedded model) would take tens of gigabytes to write and read
+    back, and every step would copy its features to the device again."""
+    model = _target(model_dir, device, keep_layers=None if final else max(layers) + 1)
+    total = sum(len(x.prompt_ids) + len(x.answer_ids) for x in samples)
+    bar = Progress("features", total=total, unit="tok")
+    began, seen = time.monotonic(), 0
+    out: list[Shard] = []
+    for group in _length_batches(samples, batch_tokens):
+        feats = _forward(model, group, layers, device, final, keep_on=device)
+        offsets = [0]
+        for f, _ in feats:
+            offsets.append(offsets[-1] + f.shape[0])
+        tokens = torch.tensor([t for x in group for t in x.prompt_ids + x.answer_ids])
+        last = [g for _, g in feats if g is not None]
+        out.append(Shard(tokens, torch.cat([f for f, _ in feats]), offsets,
+                         [len(x.prompt_ids) for x in group],
+                         torch.cat(last) if final else None))
+        n = offsets[-1]
+        seen += n
+        bar.advance(n, note=f"{seen / (time.monotonic() - began):.0f} tok/s")
+    bar.close()
+    return out
+
+
 def load_shard(path: Path) -> Shard:
     from safetensors import safe_open
 
@@ -125,7 +156,8 @@ def _length_batches(shard: Sequence[Sample], batch_tokens: int) -> Iterator[list
 
 @torch.inference_mode()
 def _forward(model: Any, group: list[Sample], layers: Sequence[int], device: str,
-             final: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+             final: bool, keep_on: str = "cpu") -> list[tuple[torch.Tensor,
+                                                               torch.Tensor | None]]:
     seqs = [x.prompt_ids + x.answer_ids for x in group]
     width = max(map(len, seqs))
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
@@ -139,8 +171,8 @@ def _forward(model: Any, group: list[Sample], layers: Sequence[int], device: str
                           output_hidden_states=True)
     stacked = torch.cat([out.hidden_states[k] for k in layers], dim=-1)
     last = out.last_hidden_state  # after the final norm: logits = lm_head(last)
-    return [(stacked[i, :len(s)].to("cpu", torch.float16),
-             last[i, :len(s)].to("cpu", torch.float16) if final else None)
+    return [(stacked[i, :len(s)].to(keep_on, torch.float16),
+             last[i, :len(s)].to(keep_on, torch.float16) if final else None)
             for i, s in enumerate(seqs)]
 
 

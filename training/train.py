@@ -24,7 +24,7 @@ from engines.embedded.target_shape import TargetShape
 from training.device import bf16_autocast
 from training.dflash import DFlashDrafter, DFlashShape
 from training.eagle3 import Eagle3Drafter, Eagle3Shape
-from training.features import load_shard
+from training.features import Shard, load_shard
 from training.progress import Progress
 from training.vocab import DraftVocab
 
@@ -46,6 +46,10 @@ class TrainConfig:
     anchors_per_seq: int = 64
     seed: int = 0
     save_every: int = 25
+    # A wall-clock budget for the training stage (None: the epochs alone decide): the
+    # learning-rate schedule then runs on whichever of steps and time is further along,
+    # and the stage ends when either is spent, as on a GPU rented by the minute.
+    max_seconds: float | None = None
     val_fraction: float = 0.04
     # Weight of the soft term (the target's distribution over the draft vocabulary)
     # against the target's greedy token; needs features extracted with the final state.
@@ -60,11 +64,13 @@ class Example:
     final: torch.Tensor | None = None  # the target's normed last hidden state
 
 
-def load_examples(shards: Sequence[Path], vocab: DraftVocab, max_len: int,
+def load_examples(shards: Sequence[Path | Shard], vocab: DraftVocab, max_len: int,
                   final: bool = False) -> list[Example]:
+    """Examples from saved shards, or from shards held in memory (``features_on_device``),
+    whose features stay where they are: a step then gathers its batch on the device."""
     out = []
     for path in shards:
-        shard = load_shard(path)
+        shard = path if isinstance(path, Shard) else load_shard(path)
         if final and shard.final is None:
             raise ValueError(f"{path} holds no final hidden states: extract features with "
                              "final=True to distill")
@@ -196,25 +202,39 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
                             weight_decay=0.0, betas=(0.9, 0.95))
     step = 0
     # The loss curve travels with the state, so a resumed (or already finished) run
-    # reports the whole curve, not only its own steps.
+    # reports the whole curve, not only its own steps; so does the time spent, which a
+    # wall-clock budget counts.
     losses: list[float] = []
+    spent = 0.0
     if state_path.exists():
         saved = torch.load(state_path, map_location=device, weights_only=True)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         step = int(saved["step"])
         losses = [float(x) for x in saved.get("losses", [])]
+        spent = float(saved.get("seconds", 0.0))
     bar = Progress(f"train {cfg.method}", total=total_steps, unit="step")
     bar.advance(step)
     began, tokens = time.monotonic(), 0
     epoch = step // per_epoch
-    while step < total_steps:
+
+    def seconds() -> float:
+        return spent + time.monotonic() - began
+
+    def at() -> float:
+        """The schedule's position in steps: the steps taken, or the share of the time
+        budget spent in steps, whichever is further along."""
+        if cfg.max_seconds is None:
+            return float(step)
+        return max(float(step), seconds() / cfg.max_seconds * total_steps)
+
+    while at() < total_steps:
         batches = list(_batches(trainset, cfg.batch_tokens, random.Random(cfg.seed + epoch)))
         for batch in batches[step - epoch * per_epoch:]:
-            if step >= total_steps:
+            if at() >= total_steps:
                 break
             for g in opt.param_groups:
-                g["lr"] = _lr(cfg.lr, step, total_steps)
+                g["lr"] = _lr(cfg.lr, at(), total_steps)
             loss, per_pos, n = _loss(cfg, model, batch, device, rng)
             opt.zero_grad(set_to_none=True)
             (loss / max(n, 1)).backward()  # type: ignore[no-untyped-call]
@@ -226,14 +246,17 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
             accs = " ".join(f"{a:.2f}" for a in per_pos)
             bar.advance(1, note=f"loss {loss.item() / max(n, 1):.2f} acc {accs} "
                                 f"{tokens / (time.monotonic() - began):.0f} tok/s")
-            if step % cfg.save_every == 0 or step == total_steps:
-                _save(state_path, model, opt, step, losses)
+            if step % cfg.save_every == 0 or at() >= total_steps:
+                _save(state_path, model, opt, step, losses, seconds())
         epoch += 1
+    if cfg.max_seconds is not None and step < total_steps:
+        # Ended by the clock: the state says so, and a rerun does not train on.
+        _save(state_path, model, opt, step, losses, max(seconds(), cfg.max_seconds))
     bar.close()
     window = max(1, min(10, len(losses) // 4))
     curve = ({"loss_first": sum(losses[:window]) / window,
               "loss_last": sum(losses[-window:]) / window} if losses else {})
-    return {**curve, **evaluate(cfg, model, val, device)}
+    return {**curve, "steps": float(step), **evaluate(cfg, model, val, device)}
 
 
 @torch.no_grad()
@@ -311,9 +334,12 @@ def _pad(batch: list[Example], device: str,
     width = batch[0].feats.shape[1]
     tokens = torch.zeros(len(batch), t, dtype=torch.long)
     labels = torch.full((len(batch), t), -1, dtype=torch.long)
-    feats = torch.zeros(len(batch), t, width)
+    # Built where the features are: on the device when they are held there.
+    home = batch[0].feats.device
+    feats = torch.zeros(len(batch), t, width, device=home)
     finals = [ex.final for ex in batch if ex.final is not None]
-    final = torch.zeros(len(batch), t, finals[0].shape[1]) if len(finals) == len(batch) else None
+    final = (torch.zeros(len(batch), t, finals[0].shape[1], device=home)
+             if len(finals) == len(batch) else None)
     for i, ex in enumerate(batch):
         n = int(ex.tokens.numel())
         tokens[i, :n] = ex.tokens
@@ -341,7 +367,7 @@ def _batches(examples: list[Example], batch_tokens: int,
     yield from groups
 
 
-def _lr(peak: float, step: int, total: int) -> float:
+def _lr(peak: float, step: float, total: int) -> float:
     warm = max(1, total // 20)
     if step < warm:
         return peak * (step + 1) / warm
@@ -349,11 +375,11 @@ def _lr(peak: float, step: int, total: int) -> float:
 
 
 def _save(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int,
-          losses: list[float]) -> None:
+          losses: list[float], seconds: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                "losses": losses}, tmp)
+                "losses": losses, "seconds": seconds}, tmp)
     tmp.replace(path)
 
 
