@@ -86,6 +86,18 @@ train-drafters: install
 		--draft-vocab 16384 --keep-vocab --init-from drafters/round5/dflash --out drafters/round6
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 4608 --epochs 2 --lr 1e-3 \
 		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --init-from drafters/round6/dflash \
+		--out drafters/round7
+	# DFlash rounds 8 and 9 want a GPU with 24 GB free (6.5 + 1.6 minutes of training on
+	# one H100, where they ran as --max-train-minutes 6.5 and 1.6: 3,183 and 759 steps,
+	# which these epoch counts give on any device; on 2 CPU cores, drop
+	# --features-on-device and allow about a day).
+	$(VENV)/bin/specgate train-drafter --method dflash --limit 21981 --epochs 9.7 --lr 1e-3 \
+		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --dflash-anchors 128 \
+		--batch-tokens 16384 --features-on-device --init-from drafters/round7/dflash \
+		--out drafters/round8
+	$(VENV)/bin/specgate train-drafter --method dflash --limit 21981 --epochs 2.31 --lr 4e-4 \
+		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --dflash-anchors 128 \
+		--batch-tokens 16384 --features-on-device --init-from drafters/round8/dflash \
 		--out drafters
 
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
