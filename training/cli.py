@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,12 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
     from training.answers import generate_answers
     from training.device import training_device
     from training.export import export_drafter
-    from training.features import extract_features, feature_layers, features_on_device
+    from training.features import (
+        Shard,
+        extract_features,
+        feature_layers,
+        features_on_device,
+    )
     from training.train import TrainConfig, build_model, load_examples, save_metrics, train
 
     device = training_device()
@@ -162,7 +168,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
                                known=known, engine=args.answers_engine,
                                batch=args.answers_batch, device=device)
     print(f"[2/4] features: layers {layers} on {device}", flush=True)
-    shards: Any
+    shards: Sequence[Path | Shard]
     if args.features_on_device:
         shards = features_on_device(target, samples, layers=layers, device=device,
                                     final=args.distill > 0)

@@ -99,16 +99,10 @@ def features_on_device(model_dir: Path, samples: Sequence[Sample], *, layers: Se
     began, seen = time.monotonic(), 0
     out: list[Shard] = []
     for group in _length_batches(samples, batch_tokens):
-        feats = _forward(model, group, layers, device, final, keep_on=device)
-        offsets = [0]
-        for f, _ in feats:
-            offsets.append(offsets[-1] + f.shape[0])
-        tokens = torch.tensor([t for x in group for t in x.prompt_ids + x.answer_ids])
-        last = [g for _, g in feats if g is not None]
-        out.append(Shard(tokens, torch.cat([f for f, _ in feats]), offsets,
-                         [len(x.prompt_ids) for x in group],
-                         torch.cat(last) if final else None))
-        n = offsets[-1]
+        shard = _pack(group, _forward(model, group, layers, device, final, keep_on=device),
+                      final)
+        out.append(shard)
+        n = shard.offsets[-1]
         seen += n
         bar.advance(n, note=f"{seen / (time.monotonic() - began):.0f} tok/s")
     bar.close()
@@ -198,20 +192,29 @@ def _stamp_of(path: Path) -> dict[str, Any] | None:
             "final": bool(meta.get("final", False))}
 
 
-def _save(path: Path, shard: Sequence[Sample],
+def _pack(samples: Sequence[Sample], feats: list[tuple[torch.Tensor, torch.Tensor | None]],
+          final: bool) -> Shard:
+    """Samples and their features (in the samples' order) packed end to end."""
+    offsets = [0]
+    for f, _ in feats:
+        offsets.append(offsets[-1] + f.shape[0])
+    tokens = torch.tensor([t for x in samples for t in x.prompt_ids + x.answer_ids])
+    last = torch.cat([g for _, g in feats if g is not None]) if final else None
+    return Shard(tokens, torch.cat([f for f, _ in feats]), offsets,
+                 [len(x.prompt_ids) for x in samples], last)
+
+
+def _save(path: Path, samples: Sequence[Sample],
           feats: list[tuple[torch.Tensor, torch.Tensor | None]], layers: Sequence[int],
           final: bool) -> None:
     from safetensors.torch import save_file
 
-    offsets = [0]
-    for f, _ in feats:
-        offsets.append(offsets[-1] + f.shape[0])
-    tokens = torch.tensor([t for x in shard for t in x.prompt_ids + x.answer_ids])
-    meta = {"offsets": offsets, "prompt_lens": [len(x.prompt_ids) for x in shard],
-            **_stamp(shard, layers, final)}
-    tensors = {"tokens": tokens, "feats": torch.cat([f for f, _ in feats]).contiguous()}
-    if final:
-        tensors["final"] = torch.cat([g for _, g in feats if g is not None]).contiguous()
+    shard = _pack(samples, feats, final)
+    meta = {"offsets": shard.offsets, "prompt_lens": shard.prompt_lens,
+            **_stamp(samples, layers, final)}
+    tensors = {"tokens": shard.tokens, "feats": shard.feats.contiguous()}
+    if shard.final is not None:
+        tensors["final"] = shard.final.contiguous()
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={"specgate": json.dumps(meta)})
     tmp.replace(path)

@@ -217,6 +217,7 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
     bar.advance(step)
     began, tokens = time.monotonic(), 0
     epoch = step // per_epoch
+    first_step = step
 
     def seconds() -> float:
         return spent + time.monotonic() - began
@@ -246,12 +247,13 @@ def train(cfg: TrainConfig, model: nn.Module, examples: list[Example], state_pat
             accs = " ".join(f"{a:.2f}" for a in per_pos)
             bar.advance(1, note=f"loss {loss.item() / max(n, 1):.2f} acc {accs} "
                                 f"{tokens / (time.monotonic() - began):.0f} tok/s")
-            if step % cfg.save_every == 0 or at() >= total_steps:
+            if step % cfg.save_every == 0 and at() < total_steps:
                 _save(state_path, model, opt, step, losses, seconds())
         epoch += 1
-    if cfg.max_seconds is not None and step < total_steps:
-        # Ended by the clock: the state says so, and a rerun does not train on.
-        _save(state_path, model, opt, step, losses, max(seconds(), cfg.max_seconds))
+    if step > first_step:
+        # The last state, once. A run the clock ended saves a time spent past its budget,
+        # so a rerun does not train on.
+        _save(state_path, model, opt, step, losses, seconds())
     bar.close()
     window = max(1, min(10, len(losses) // 4))
     curve = ({"loss_first": sum(losses[:window]) / window,

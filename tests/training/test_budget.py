@@ -3,12 +3,14 @@ and the target's hidden states can stay in device memory instead of shards on di
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 import torch
 
 from training.answers import Sample
+from training.cli import add_parser, check_args
 from training.dflash import DFlashDrafter, DFlashShape
 from training.features import extract_features, features_on_device
 from training.train import Example, TrainConfig, load_examples, train
@@ -96,3 +98,13 @@ def test_features_held_in_memory_are_the_features_saved_to_disk(tiny_target: Pat
         assert torch.equal(ex.labels, twin.labels)
         assert ex.labels[:3].tolist() == [-1, -1, -1]  # no loss on the prompt
         torch.testing.assert_close(ex.feats, twin.feats, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("minutes", ["0", "-5"])
+def test_a_budget_that_is_not_positive_is_refused_before_any_stage(minutes: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train-drafter", "--method", "dflash",
+                              "--max-train-minutes", minutes])
+    with pytest.raises(SystemExit, match="--max-train-minutes takes a positive budget"):
+        check_args(args)
