@@ -19,12 +19,13 @@ from policies.base import (
     group_busy,
 )
 from policies.cost import (
+    Calibration,
     ClassShare,
     ModeCost,
+    calibrate,
     estimate,
     estimate_mix,
     plain_prefill,
-    plain_scale,
     rounds,
     step_time,
     tokens_per_step,
@@ -52,13 +53,13 @@ class AdaptivePolicy(Policy):
         if not candidates:
             raise NoModeAvailable("no enabled engine is up")
         output = self._expected_output(inputs)
-        scale = plain_scale(inputs.modes, s)
+        cal = calibrate(inputs.modes, s)
         marginal = self._ranked(inputs, (
             estimate(load, inputs.modes, inputs.prompt_tokens, output,
-                     inputs.acceptance.get(load.mode), s, scale,
+                     inputs.acceptance.get(load.mode), s, cal,
                      pooled=inputs.mode_acceptance.get(load.mode)) for load in candidates))
         groups = self._groups(inputs, output)
-        costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, scale)
+        costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, cal)
                                       for load in candidates)) if s.consolidate else marginal
 
         best = costs[0]
@@ -66,10 +67,10 @@ class AdaptivePolicy(Policy):
         previous = next((c for c in costs if c.mode == held and c is not best), None)
         deferred = False
         if previous is not None and not self._within_margin(inputs, previous, best):
-            deferred = self._defer(inputs, previous, best, groups, scale)
+            deferred = self._defer(inputs, previous, best, groups, cal)
             if not deferred:
                 previous = None              # no hold: the best is served
-        explored = self._explore(inputs, candidates, marginal, costs, groups, output, scale,
+        explored = self._explore(inputs, candidates, marginal, costs, groups, output, cal,
                                  (previous or best).mode)
         if explored is not None:
             return Decision(explored, DecisionKind.EXPLORE, scores=_scores(marginal),
@@ -91,7 +92,7 @@ class AdaptivePolicy(Policy):
         return held.total_s <= best.total_s * (1.0 + self._margin(inputs, best.mode))
 
     def _defer(self, inputs: DecisionInput, held: ModeCost, best: ModeCost,
-               groups: Mapping[str, _Group], scale: float) -> bool:
+               groups: Mapping[str, _Group], cal: Calibration) -> bool:
         """Keep ``held`` although ``best`` leads it beyond the margin?
 
         While the held engine still has requests and the lead has not yet paid for
@@ -103,7 +104,7 @@ class AdaptivePolicy(Policy):
         s = self.settings
         if s.drain_payback <= 0 or best.total_s <= 0:
             return False
-        drain = self._drain_s(inputs, inputs.modes[held.mode], groups, scale)
+        drain = self._drain_s(inputs, inputs.modes[held.mode], groups, cal)
         if drain <= 0:
             return False
         starts = [t for t in (inputs.leading_since.get(best.mode),
@@ -117,7 +118,7 @@ class AdaptivePolicy(Policy):
         return lead * led < s.drain_payback * drain
 
     def _drain_s(self, inputs: DecisionInput, held: ModeLoad, groups: Mapping[str, _Group],
-                 scale: float) -> float:
+                 cal: Calibration) -> float:
         """Device time lost to ``held`` draining beside the new mode: its step at the
         smallest batch (what a round pays while it holds anyone) for as many rounds
         as its longest class in flight still needs, taken as half an answer."""
@@ -134,7 +135,7 @@ class AdaptivePolicy(Policy):
                                   batch=held.batch_size,
                                   pooled=inputs.mode_acceptance.get(held.mode))
             longest = max(longest, rounds(known.expected_output_tokens or 0.0, tau))
-        return step_time(held, 1, s, scale) * longest / 2.0
+        return step_time(held, 1, s, cal) * longest / 2.0
 
     def _margin(self, inputs: DecisionInput, leader: str) -> float:
         """How much cheaper than the held mode ``leader`` must be to take over.
@@ -240,14 +241,14 @@ class AdaptivePolicy(Policy):
         return known
 
     def _consolidated(self, inputs: DecisionInput, load: ModeLoad,
-                      groups: Mapping[str, _Group], scale: float,
+                      groups: Mapping[str, _Group], cal: Calibration,
                       optimistic: bool = False) -> ModeCost:
         """``load``'s cost as if its device group's whole batch (plus this request)
         ran on it, serving the mix of classes in flight there: the state traffic
         converges to once new requests follow (docs/policy.md, "Design notes")."""
         group = groups[load.gpu_group]
         return estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
-                            self.settings, scale, optimistic,
+                            self.settings, cal, optimistic,
                             plain_prefill(inputs.modes, self.settings),
                             inputs.mode_acceptance.get(load.mode))
 
@@ -269,7 +270,7 @@ class AdaptivePolicy(Policy):
 
     def _explore(self, inputs: DecisionInput, candidates: list[ModeLoad],
                  marginal: list[ModeCost], costs: list[ModeCost],
-                 groups: Mapping[str, _Group], output: float, scale: float,
+                 groups: Mapping[str, _Group], output: float, cal: Calibration,
                  serving: str) -> str | None:
         """Serve a mode other than ``serving`` (the best, or the mode hysteresis
         holds), so that every mode keeps a fresh estimate: first a speculative mode
@@ -295,17 +296,17 @@ class AdaptivePolicy(Policy):
                 and self._evidence(inputs, load.mode) < s.prior_draft_steps]
             for load in sorted(unmeasured, key=lambda m: (self._evidence(inputs, m.mode),
                                                           m.mode)):
-                view = self._consolidated(inputs, load, groups, scale, optimistic=True) \
+                view = self._consolidated(inputs, load, groups, cal, optimistic=True) \
                     if s.consolidate else estimate(
                         load, inputs.modes, inputs.prompt_tokens, output,
-                        inputs.acceptance.get(load.mode), s, scale, optimistic=True)
+                        inputs.acceptance.get(load.mode), s, cal, optimistic=True)
                 if view.total_s > limit:
                     continue
                 if load.gpu_group in idle:
                     return load.mode
                 # In a busy group, only if what it costs the group's batch is bounded too.
                 price = estimate(load, inputs.modes, inputs.prompt_tokens, output,
-                                 inputs.acceptance.get(load.mode), s, scale, optimistic=True)
+                                 inputs.acceptance.get(load.mode), s, cal, optimistic=True)
                 if price.total_s <= marginal[0].total_s * s.exploration_max_cost_ratio:
                     return load.mode
         if draw >= s.exploration_share:

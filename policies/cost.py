@@ -91,26 +91,26 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     return prior_tau
 
 
-def step_time(load: ModeLoad, batch: int, settings: AdaptiveSettings,
-              plain_scale: float) -> float:
+def step_time(load: ModeLoad, batch: float, settings: AdaptiveSettings,
+              cal: Calibration) -> float:
     """Seconds for one step of ``load``'s engine at ``batch`` (0 when idle).
 
     Measured where the profile covers ``batch`` (interpolated). Outside it, the
-    prior's shape scaled to the nearest measured point: the prior knows that a
-    step verifying ``K + 1`` tokens per sequence grows faster with batch than a
-    plain one, which a slope taken from a few low batches cannot know (a wide
+    reference shape (``_reference_step``) scaled to the nearest measured point: it
+    knows that a step verifying ``K + 1`` tokens per sequence grows faster with batch
+    than a plain one, which a slope taken from a few low batches cannot know (a wide
     tree measured at batch 1 would otherwise look cheap at batch 128)."""
     if batch <= 0:
         return 0.0
-    prior = _prior_step(load, batch, settings, plain_scale)
+    prior = _reference_step(load, batch, settings, cal)
     points = _points(load.step_profile)
     if not points:
         return prior
     (b0, s0), (b1, s1) = points[0], points[-1]
     if batch < b0:
-        return min(s0, s0 * prior / _prior_step(load, b0, settings, plain_scale))
+        return min(s0, s0 * prior / _reference_step(load, b0, settings, cal))
     if batch > b1:
-        shaped = s1 * prior / _prior_step(load, b1, settings, plain_scale)
+        shaped = s1 * prior / _reference_step(load, b1, settings, cal)
         if len(points) == 1:
             return shaped
         return max(shaped, s1 + _slope(list(points[-3:])) * (batch - b1))
@@ -136,6 +136,24 @@ def _slope(points: list[tuple[float, float]]) -> float:
     return max(sum((b - mb) * (s - ms) for b, s in points) / var, 0.0) if var > 0 else 0.0
 
 
+def _reference_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
+                    cal: Calibration) -> float:
+    """A step of ``load``'s engine at ``batch`` as the hardware is known to behave,
+    for a batch its own profile does not cover: a speculative step verifies
+    ``batch * (K + 1)`` tokens, and once the plain engine has measured steps, what
+    that many tokens cost is read from plain decoding's own curve (with the method's
+    drafting overhead on top) rather than from the prior's shape. The prior is a
+    GPU's, nearly flat until its knee; on a CPU every verified token costs, and a
+    drafter measured only alone would read three times too cheap at batch 16
+    (docs/policy.md, "Steps the profile has not measured")."""
+    if load.method is None or cal.plain is None:
+        return _prior_step(load, batch, settings, cal.scale)
+    prior = settings.prior_for(load.method)
+    overhead = prior.draft_overhead if prior is not None else 0.0
+    tokens = batch * (load.draft_length(batch) + 1)
+    return step_time(cal.plain, tokens, settings, cal) * (1.0 + overhead)
+
+
 def _prior_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
                 plain_scale: float) -> float:
     k = load.draft_length(batch)
@@ -148,35 +166,44 @@ def _prior_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
                           + settings.step_per_token_s * tokens)
 
 
-def plain_scale(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> float:
-    """How much slower than the prior the plain engine measures (1.0 if unmeasured).
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What plain decoding's measured steps say about the hardware: how much slower
+    than the prior a step runs (``scale``, applied to the priors of modes without
+    measurements, so that a new mode on a slow machine is not compared against
+    GPU-speed guesses), and the plain engine itself, whose step profile gives how a
+    step grows with the tokens it verifies (``_reference_step``). None and 1.0 while
+    unmeasured."""
 
-    Applied to the priors of modes without measurements, so that a new mode on
-    a slow machine is not compared against GPU-speed guesses.
-    """
+    scale: float = 1.0
+    plain: ModeLoad | None = None
+
+
+def calibrate(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> Calibration:
+    """The plain engine's calibration (``Calibration``), from its measured profile."""
     for load in modes.values():
         if load.method is None and load.step_profile:
             b, s, _ = min(load.step_profile, key=lambda p: p[0])
             prior = _prior_step(load, b, settings, 1.0)
-            return s / prior if prior > 0 else 1.0
-    return 1.0
+            return Calibration(s / prior if prior > 0 else 1.0, load)
+    return Calibration()
 
 
 def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: int,
              output_tokens: float, learned: LearnedAcceptance | None,
-             settings: AdaptiveSettings, scale: float, optimistic: bool = False,
+             settings: AdaptiveSettings, cal: Calibration, optimistic: bool = False,
              pooled: LearnedAcceptance | None = None) -> ModeCost:
     """The marginal cost: this request joins ``candidate`` beside the others as they are
     (``pooled``: see ``tokens_per_step``)."""
     tau = tokens_per_step(candidate, learned, settings, optimistic,
                           batch=candidate.batch_size + 1, pooled=pooled)
     group = [m for m in modes.values() if m.gpu_group == candidate.gpu_group and m.up]
-    others = sum(step_time(m, m.batch_size, settings, scale)
+    others = sum(step_time(m, m.batch_size, settings, cal)
                  for m in group if m.mode != candidate.mode)
-    before = step_time(candidate, candidate.batch_size, settings, scale)
-    after = step_time(candidate, candidate.batch_size + 1, settings, scale)
+    before = step_time(candidate, candidate.batch_size, settings, cal)
+    after = step_time(candidate, candidate.batch_size + 1, settings, cal)
     n = rounds(output_tokens, tau)
-    own = _prefill(candidate, prompt_tokens, settings, scale,
+    own = _prefill(candidate, prompt_tokens, settings, cal.scale,
                    plain_prefill(modes, settings)) + \
         n * (others + after)
     waiting_requests = sum(m.batch_size for m in group)
@@ -194,7 +221,7 @@ class ClassShare:
 
 
 def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassShare],
-                 prompt_tokens: int, settings: AdaptiveSettings, scale: float,
+                 prompt_tokens: int, settings: AdaptiveSettings, cal: Calibration,
                  optimistic: bool = False,
                  plain: float | None = None,
                  pooled: LearnedAcceptance | None = None) -> ModeCost:
@@ -212,7 +239,7 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
     request's life, and every prefill stalls the whole batch (taken at this
     request's prompt length; ``plain``: see ``_prefill``). Per request of throughput
     that is the device time ``prefill + rounds * step / batch``, times the batch."""
-    step = step_time(candidate, group_batch, settings, scale)
+    step = step_time(candidate, group_batch, settings, cal)
     total = weight = 0.0
     tau = 1.0
     for i, share in enumerate(shares):
@@ -222,7 +249,8 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
             tau = t
         total += share.weight * rounds(share.output_tokens, t)
         weight += share.weight
-    prefills = max(group_batch, 1) * _prefill(candidate, prompt_tokens, settings, scale, plain)
+    prefills = max(group_batch, 1) * _prefill(candidate, prompt_tokens, settings, cal.scale,
+                                              plain)
     own = prefills + (step * total / weight if weight > 0 else 0.0)
     return ModeCost(candidate.mode, own, own, 0.0, tau)
 

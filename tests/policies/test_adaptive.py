@@ -17,7 +17,7 @@ from policies.base import (
     ModeLoad,
     NoModeAvailable,
 )
-from policies.cost import plain_prefill
+from policies.cost import Calibration, plain_prefill, step_time
 
 K = {"standard": 0, "ngram": 4, "eagle3": 3, "dflash": 4}
 METHOD = {"standard": None, "ngram": "ngram", "eagle3": "eagle3", "dflash": "dflash"}
@@ -257,19 +257,18 @@ def test_exploration_never_joins_a_busy_engine() -> None:
 def test_measured_profile_is_extrapolated_along_the_prior_shape() -> None:
     """A wide tree measured at batch 1 only must not look cheap at batch 64: beyond
     its measurements the prior's growth (tokens verified per sequence) applies."""
-    from policies.cost import step_time
     settings = AdaptiveSettings(step_knee_tokens=100.0)
     wide = replace(load("eagle3", profile=((1, 0.01, 50),)), num_speculative_tokens=59)
-    assert step_time(wide, 1, settings, 1.0) == pytest.approx(0.01)
-    assert step_time(wide, 64, settings, 1.0) > 5 * step_time(wide, 1, settings, 1.0)
-    # Below the knee the prior is flat in tokens: batch 1 of a 10-token step costs
+    assert step_time(wide, 1, settings, Calibration()) == pytest.approx(0.01)
+    cal = Calibration()
+    assert step_time(wide, 64, settings, cal) > 5 * step_time(wide, 1, settings, cal)
     # no more than plain decoding's token term.
     flat = load("standard")
-    assert step_time(flat, 2, settings, 1.0) == pytest.approx(
+    assert step_time(flat, 2, settings, Calibration()) == pytest.approx(
         settings.step_fixed_s, rel=1e-9)
     # Between measured points: interpolation.
     two = load("standard", profile=((1, 0.01, 5), (4, 0.02, 5)))
-    assert step_time(two, 2, settings, 1.0) == pytest.approx(0.01 + 0.01 / 3)
+    assert step_time(two, 2, settings, Calibration()) == pytest.approx(0.01 + 0.01 / 3)
 
 
 # --- the device group's mix ---------------------------------------------------------

@@ -1,13 +1,22 @@
-"""Pricing an engine that runs vLLM's per-batch K table
-(``num_speculative_tokens_per_batch_size``)."""
+"""Pricing an engine's step: vLLM's per-batch K table
+(``num_speculative_tokens_per_batch_size``), and batches its profile has not measured."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
-from policies.base import ClassLearned, LearnedAcceptance, ModeLoad, pooled_acceptance
-from policies.cost import estimate, step_time, tokens_per_step
+from policies.base import (
+    ClassLearned,
+    DecisionInput,
+    LearnedAcceptance,
+    ModeLoad,
+    pooled_acceptance,
+)
+from policies.cost import Calibration, calibrate, estimate, step_time, tokens_per_step
 
 SETTINGS = AdaptiveSettings()
 # K = 3 alone, 2 from batch 4, none from batch 16 on (a gap 8-15 keeps K = 2).
@@ -46,16 +55,17 @@ def test_the_prior_step_verifies_the_tables_k() -> None:
     table's engine is priced like plain decoding's step, at K = 3 like a K = 3 step."""
     fixed = eagle3(table=())
     table = eagle3()
-    assert step_time(table, 200, SETTINGS, 1.0) < step_time(fixed, 200, SETTINGS, 1.0)
-    assert step_time(table, 2, SETTINGS, 1.0) == step_time(fixed, 2, SETTINGS, 1.0)
+    cal = Calibration()
+    assert step_time(table, 200, SETTINGS, cal) < step_time(fixed, 200, SETTINGS, cal)
+    assert step_time(table, 2, SETTINGS, cal) == step_time(fixed, 2, SETTINGS, cal)
 
 
 def test_a_request_is_priced_at_the_k_of_the_batch_it_joins() -> None:
     modes = {"eagle3": eagle3(batch=15)}
-    joined = estimate(modes["eagle3"], modes, 100, 200, LEARNED, SETTINGS, 1.0)
+    joined = estimate(modes["eagle3"], modes, 100, 200, LEARNED, SETTINGS, Calibration())
     assert joined.tokens_per_step == 1.0          # it makes the batch 16: K = 0
     small = {"eagle3": eagle3(batch=0)}
-    alone = estimate(small["eagle3"], small, 100, 200, LEARNED, SETTINGS, 1.0)
+    alone = estimate(small["eagle3"], small, 100, 200, LEARNED, SETTINGS, Calibration())
     assert alone.tokens_per_step > 3.0
 
 
@@ -89,3 +99,66 @@ def test_a_modes_level_weights_each_class_by_its_evidence() -> None:
     assert (pooled["eagle3"].drafts, pooled["eagle3"].requests) == (400, 20)
     assert pooled["dflash"].mean_accepted_length == 2.5
     assert set(pooled) == {"eagle3", "dflash"}
+
+
+# --- steps the profile has not measured: the plain engine's curve --------------------
+
+def _measured(mode: str, method: str | None, k: int,
+              profile: tuple[tuple[int, float, int], ...], batch: int = 0) -> ModeLoad:
+    return ModeLoad(mode=mode, up=True, batch_size=batch, speculative=method is not None,
+                    method=method, num_speculative_tokens=k, step_profile=profile)
+
+
+def test_a_drafter_measured_alone_is_priced_at_batch_16_by_plain_decodings_measured_curve() -> None:
+    """On a CPU every verified token costs: plain decoding measured 0.059 s at batch 1
+    and 0.086 s at 16 (stop 36's copy-heavy trace), and EAGLE-3 (K = 3), measured only
+    alone, stepped 0.29 s at batch 15. Its step at 16 verifies 64 tokens, which plain
+    decoding's curve prices far above its batch-1 step; the GPU-shaped prior alone read
+    it at 0.12 s."""
+    plain = _measured("standard", None, 0, ((1, 0.059, 31), (11, 0.072, 19), (16, 0.086, 12)))
+    eagle = _measured("eagle3", "eagle3", 3, ((1, 0.0605, 13),))
+    modes = {"standard": plain, "eagle3": eagle}
+    cal = calibrate(modes, SETTINGS)
+    assert cal.plain is plain
+    at_16 = step_time(eagle, 16, SETTINGS, cal)
+    assert at_16 > 2.5 * 0.0605
+    assert at_16 > 1.2 * step_time(eagle, 16, SETTINGS, Calibration(cal.scale))
+    # Where its own profile covers the batch, the measurement decides.
+    assert step_time(eagle, 1, SETTINGS, cal) == pytest.approx(0.0605)
+
+
+def test_on_a_flat_plain_curve_the_drafters_step_stays_flat() -> None:
+    """A GPU below its knee: plain decoding measured as fast at 64 tokens as at 1, so a
+    drafter measured alone is not priced up at batch 16."""
+    plain = _measured("standard", None, 0, ((1, 0.010, 50), (32, 0.0101, 50), (64, 0.0102, 50)))
+    eagle = _measured("eagle3", "eagle3", 3, ((1, 0.012, 50),))
+    cal = calibrate({"standard": plain, "eagle3": eagle}, SETTINGS)
+    assert step_time(eagle, 16, SETTINGS, cal) == pytest.approx(0.012, rel=0.03)
+
+
+def test_a_batch_of_copy_prompts_stays_on_ngram_rather_than_a_drafter_measured_alone() -> None:
+    """Stop 36's trace (copy-heavy prompts, 16 clients, 2-core CPU): with 15 requests on
+    n-gram, auto moved the group to EAGLE-3 (measured only at batch 1) and held it for
+    a round at 0.66x n-gram's throughput. Priced along plain decoding's curve, EAGLE-3
+    at batch 16 is dearer than n-gram, and n-gram wins on cost alone (no incumbent to
+    hold)."""
+    copy = {"ngram": LearnedAcceptance(3.65, 0.87, 46.0, 368.0),
+            "eagle3": LearnedAcceptance(1.94, 0.31, 2.9, 23.0),
+            "dflash": LearnedAcceptance(1.45, 0.11, 0.9, 7.5)}
+    modes = {
+        "standard": _measured("standard", None, 0,
+                              ((1, 0.0593, 31), (11, 0.0716, 19), (16, 0.0863, 12))),
+        "ngram": _measured("ngram", "ngram", 4, ((1, 0.0495, 7), (5, 0.1027, 6),
+                                                 (10, 0.167, 3), (15, 0.251, 15),
+                                                 (16, 0.273, 6)), batch=15),
+        "eagle3": _measured("eagle3", "eagle3", 3, ((1, 0.0605, 13),)),
+        "dflash": _measured("dflash", "dflash", 4, ((1, 0.0559, 22),)),
+    }
+    modes = {name: replace(m, prefill_s=0.2) for name, m in modes.items()}
+    inputs = DecisionInput(modes=modes, prompt_tokens=400, max_tokens=32, now=0.0,
+                           workload_class="copy", acceptance=copy,
+                           expected_output_tokens=26.0, in_flight={"ngram": {"copy": 15}},
+                           classes={"copy": ClassLearned(copy, 26.0, 50.0)},
+                           mode_acceptance=copy)
+    decision = AdaptivePolicy(AdaptiveSettings()).decide(inputs)
+    assert decision.mode == "ngram", decision.reason
