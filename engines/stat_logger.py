@@ -40,7 +40,8 @@ class LiveCounters:
     # scheduled, a peer busy then).
     last_step: tuple[int, float, bool, bool] | None = None
 
-    def observe_step(self, index: int, prefills: int, decodes: int, at: float) -> None:
+    def observe_step(self, index: int, prefills: int, decodes: int, at: float,
+                     draft_tokens: int | None = None) -> None:
         """Time one engine step as the interval since the previous one, kept for steps
         that directly follow a busy step and decode (requests ran on from it, so the
         engine never sat idle between the two): a pure decode step is a sample of the
@@ -52,7 +53,9 @@ class LiveCounters:
         took turns (on a GPU, or on a shared core), so the interval holds the peer's
         steps too, and the cost model, which adds the peers' steps to every round,
         would count them twice: an engine timed beside another reads slower than it
-        is, and auto turns away from it."""
+        is, and auto turns away from it.
+        ``draft_tokens``: what the step verified, for a speculative engine (None for
+        plain decoding): n-gram's step costs more where it drafts more."""
         shared = self.peers_busy is not None and self.peers_busy()
         previous = self.last_step
         self.last_step = (index, at, prefills + decodes > 0, shared)
@@ -64,7 +67,7 @@ class LiveCounters:
         if prefills:      # timed only beside running decodes (``PrefillCost.add``)
             self.prefill.add(prefills, at - last_at, decodes, self.steps)
         elif decodes > 0:
-            self.steps.add(decodes, at - last_at)
+            self.steps.add(decodes, at - last_at, draft_tokens)
 
     def spec_counters(self) -> SpecDecodeCounters:
         return SpecDecodeCounters(
@@ -112,12 +115,15 @@ def make_stat_logger_factory(counters: LiveCounters) -> Any:
             c.waiting = scheduler_stats.num_waiting_reqs
             c.kv_cache_usage = scheduler_stats.kv_cache_usage
             details = getattr(scheduler_stats, "iteration_details", None)
+            spec = scheduler_stats.spec_decoding_stats
             if details is not None and not details.is_dummy:
+                draft_tokens = spec.num_draft_tokens if spec is not None else \
+                    0 if c.speculative else None
                 c.observe_step(details.iteration_index, details.num_ctx_requests,
-                               details.num_generation_requests, time.monotonic())
+                               details.num_generation_requests, time.monotonic(),
+                               draft_tokens)
             decoded = details.num_generation_requests \
                 if details is not None and not details.is_dummy else 0
-            spec = scheduler_stats.spec_decoding_stats
             if spec is not None:
                 c.observe_spec_step(spec.num_drafts, spec.num_draft_tokens,
                                     spec.num_accepted_tokens,

@@ -42,6 +42,10 @@ class EngineStats:
     # Measured device seconds to prefill a request (``PrefillCost``); None until a
     # prefill step was timed.
     prefill_s: float | None = None
+    # What each draft token a step verifies costs, and the draft tokens per sequence
+    # ``step_profile`` is reported at (``StepTimeProfile``); 0: unmeasured or constant.
+    draft_token_s: float = 0.0
+    step_drafted: float = 0.0
 
     @property
     def batch_size(self) -> int:
@@ -123,29 +127,86 @@ class StepTimeProfile:
 
     Each bucket reports the mean batch of its samples, not its lower bound: a
     bucket spans up to half its size (48 holds 48..63), and a time measured at 63
-    but placed at 48 doubles the slope the policy extrapolates from it."""
+    but placed at 48 doubles the slope the policy extrapolates from it.
+
+    Where a step's draft tokens are given (``add``'s ``draft_tokens``), the profile
+    also measures what each draft token a step verifies costs (``draft_token_s``): a
+    least-squares slope of step time on draft tokens among steps of one batch size.
+    N-gram drafts only where the text repeats, so its step at one batch costs more
+    on copy-heavy prompts than on free text; each bucket is then reported at the
+    engine's mean draft tokens per sequence (``drafted``), and the policy prices a
+    class at its own (docs/policy.md, "n-gram's step depends on the class"). A
+    drafter that drafts ``K`` tokens every step has no spread to measure: its slope
+    stays 0 and its profile is as timed."""
 
     alpha: float = 0.05
-    # bucket -> [mean seconds, samples, mean batch]
+    # bucket -> [mean seconds, samples, mean batch, mean draft tokens per sequence]
     _buckets: dict[int, list[float]] = field(default_factory=dict)
+    # exact batch -> [samples, mean D, mean s, mean D*D, mean D*s] (D: the step's draft
+    # tokens), moving averages: the slope is taken within a batch size, so that the
+    # batch's own cost does not read as the drafts'.
+    _moments: dict[int, list[float]] = field(default_factory=dict)
+    _drafted: list[float] = field(default_factory=lambda: [0.0, 0.0])   # [mean, samples]
 
-    def add(self, batch: int, seconds: float) -> None:
+    # Samples of one batch size before its spread counts towards the slope.
+    MIN_SLOPE_SAMPLES = 8
+
+    def add(self, batch: int, seconds: float, draft_tokens: int | None = None) -> None:
         if batch <= 0 or seconds <= 0:
             return
-        entry = self._buckets.setdefault(batch_bucket(batch), [seconds, 0.0, float(batch)])
+        per_seq = draft_tokens / batch if draft_tokens is not None else 0.0
+        entry = self._buckets.setdefault(batch_bucket(batch),
+                                         [seconds, 0.0, float(batch), per_seq])
         n = entry[1] + 1
         # Plain mean for the first samples, then the moving average.
         weight = max(1.0 / n, self.alpha)
         entry[0] += weight * (seconds - entry[0])
         entry[2] += weight * (batch - entry[2])
+        entry[3] += weight * (per_seq - entry[3])
         entry[1] = n
+        if draft_tokens is None:
+            return
+        drafted = self._drafted
+        drafted[1] += 1
+        drafted[0] += max(1.0 / drafted[1], self.alpha) * (per_seq - drafted[0])
+        m = self._moments.setdefault(batch, [0.0, 0.0, 0.0, 0.0, 0.0])
+        m[0] += 1
+        w = max(1.0 / m[0], self.alpha)
+        d = float(draft_tokens)
+        for i, value in ((1, d), (2, seconds), (3, d * d), (4, d * seconds)):
+            m[i] += w * (value - m[i])
+
+    @property
+    def draft_token_s(self) -> float:
+        """Seconds a step spends per draft token it verifies (never negative); 0 while
+        no batch size has seen its steps' draft tokens vary."""
+        cov = var = 0.0
+        for n, md, ms, mdd, mds in self._moments.values():
+            if n < self.MIN_SLOPE_SAMPLES:
+                continue
+            v = mdd - md * md
+            if v > 1e-9:
+                cov += n * (mds - md * ms)
+                var += n * v
+        return max(cov / var, 0.0) if var > 0 else 0.0
+
+    @property
+    def drafted(self) -> float:
+        """Mean draft tokens per sequence a timed step verified (0 without drafts):
+        what every bucket of ``snapshot`` is reported at."""
+        return self._drafted[0]
 
     def snapshot(self) -> tuple[tuple[int, float, int], ...]:
-        return tuple((round(mean_batch), mean, int(n))
-                     for _, (mean, n, mean_batch) in sorted(self._buckets.items()))
+        """(mean batch, mean seconds, samples) per bucket; with a measured cost per
+        draft token, each bucket's seconds as at ``drafted`` draft tokens per
+        sequence rather than its own mean, so that buckets measured on different
+        traffic line up."""
+        beta, drafted = self.draft_token_s, self.drafted
+        return tuple((round(mean_batch), mean + beta * mean_batch * (drafted - per_seq), int(n))
+                     for _, (mean, n, mean_batch, per_seq) in sorted(self._buckets.items()))
 
     def seconds_at(self, batch: int) -> float | None:
-        """The mean decode step at ``batch``'s bucket; None while unmeasured."""
+        """The mean decode step at ``batch``'s bucket, as timed; None while unmeasured."""
         entry = self._buckets.get(batch_bucket(batch))
         return entry[0] if entry is not None and entry[1] > 0 else None
 

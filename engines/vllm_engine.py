@@ -196,7 +196,8 @@ class VllmEngine(Engine):
             running=c.running, waiting=c.waiting, kv_cache_usage=c.kv_cache_usage,
             spec=c.spec_counters() if self.spec.is_speculative else None,
             recent_acceptance_rate=rate, recent_mean_accepted_length=length,
-            step_profile=c.steps.snapshot(), prefill_s=c.prefill.seconds)
+            step_profile=c.steps.snapshot(), prefill_s=c.prefill.seconds,
+            draft_token_s=c.steps.draft_token_s, step_drafted=c.steps.drafted)
 
     async def shutdown(self) -> None:
         if self._llm is None or self._closed:

@@ -44,6 +44,12 @@ class ModeLoad:
     # vLLM's ``num_speculative_tokens_per_batch_size``: ((first, last, K), ...) sorted
     # by first batch; empty: K is ``num_speculative_tokens`` at every batch.
     k_schedule: tuple[tuple[int, int, int], ...] = ()
+    # Measured seconds a step spends per draft token it verifies, and the draft tokens
+    # per sequence ``step_profile`` is reported at: n-gram drafts only where the text
+    # repeats, so its step depends on the class it serves (``policies.cost.step_time``).
+    # 0: unmeasured, or a drafter that drafts K tokens every step.
+    draft_token_s: float = 0.0
+    step_drafted: float = 0.0
 
     def draft_length(self, batch: float) -> int:
         """Draft tokens per sequence a step verifies at ``batch``. With a K table, as
@@ -67,6 +73,9 @@ class LearnedAcceptance:
     acceptance_rate: float
     requests: float                      # decayed count of finished requests
     drafts: float = 0.0                  # decayed count of verification steps: the evidence
+    # Draft tokens per verification step: K for a drafter that always drafts, less for
+    # n-gram where the text does not repeat. None: unknown.
+    draft_tokens_per_step: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +143,17 @@ def pooled_acceptance(classes: Mapping[str, ClassLearned]) -> dict[str, LearnedA
         for mode, a in known.acceptance.items():
             if a.drafts <= 0:
                 continue
-            acc = sums.setdefault(mode, [0.0, 0.0, 0.0, 0.0])
+            acc = sums.setdefault(mode, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
             acc[0] += a.drafts
             acc[1] += a.drafts * a.mean_accepted_length
             acc[2] += a.drafts * a.acceptance_rate
             acc[3] += a.requests
-    return {mode: LearnedAcceptance(length / drafts, rate / drafts, requests, drafts)
-            for mode, (drafts, length, rate, requests) in sums.items()}
+            if a.draft_tokens_per_step is not None:
+                acc[4] += a.drafts * a.draft_tokens_per_step
+                acc[5] += a.drafts
+    return {mode: LearnedAcceptance(length / drafts, rate / drafts, requests, drafts,
+                                    drafted / known if known > 0 else None)
+            for mode, (drafts, length, rate, requests, drafted, known) in sums.items()}
 
 
 class DecisionKind(StrEnum):

@@ -92,14 +92,39 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
 
 
 def step_time(load: ModeLoad, batch: float, settings: AdaptiveSettings,
-              cal: Calibration) -> float:
-    """Seconds for one step of ``load``'s engine at ``batch`` (0 when idle).
+              cal: Calibration, drafted: float | None = None) -> float:
+    """Seconds for one step of ``load``'s engine at ``batch`` (0 when idle), its
+    sequences drafting ``drafted`` tokens a step (None: as the profile measured).
 
     Measured where the profile covers ``batch`` (interpolated). Outside it, the
     reference shape (``_reference_step``) scaled to the nearest measured point: it
     knows that a step verifying ``K + 1`` tokens per sequence grows faster with batch
     than a plain one, which a slope taken from a few low batches cannot know (a wide
-    tree measured at batch 1 would otherwise look cheap at batch 128)."""
+    tree measured at batch 1 would otherwise look cheap at batch 128).
+
+    Where the engine measured what a draft token costs (n-gram, whose drafts vary with
+    the text), the step is moved from the draft tokens per sequence it was measured at
+    to ``drafted`` (at most the K it drafts at ``batch``), never below a third of it."""
+    seconds = _profile_step(load, batch, settings, cal)
+    if drafted is None or load.draft_token_s <= 0 or seconds <= 0:
+        return seconds
+    drafted = min(max(drafted, 0.0), float(load.draft_length(batch)))
+    return max(seconds + load.draft_token_s * batch * (drafted - load.step_drafted),
+               seconds / 3.0)
+
+
+def drafted_per_step(learned: LearnedAcceptance | None,
+                     pooled: LearnedAcceptance | None = None) -> float | None:
+    """Draft tokens per step a mode drafts on a class: as learned for it, else over
+    every class (``pooled``), else None (as the engine's profile measured)."""
+    for known in (learned, pooled):
+        if known is not None and known.draft_tokens_per_step is not None:
+            return known.draft_tokens_per_step
+    return None
+
+
+def _profile_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
+                  cal: Calibration) -> float:
     if batch <= 0:
         return 0.0
     prior = _reference_step(load, batch, settings, cal)
@@ -202,6 +227,10 @@ def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: 
                  for m in group if m.mode != candidate.mode)
     before = step_time(candidate, candidate.batch_size, settings, cal)
     after = step_time(candidate, candidate.batch_size + 1, settings, cal)
+    drafted = drafted_per_step(learned, pooled)
+    if drafted is not None:      # the sequence that joins drafts as its class does
+        after += step_time(candidate, 1, settings, cal, drafted) - \
+            step_time(candidate, 1, settings, cal)
     n = rounds(output_tokens, tau)
     own = _prefill(candidate, prompt_tokens, settings, cal.scale,
                    plain_prefill(modes, settings)) + \
@@ -239,16 +268,26 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
     request's life, and every prefill stalls the whole batch (taken at this
     request's prompt length; ``plain``: see ``_prefill``). Per request of throughput
     that is the device time ``prefill + rounds * step / batch``, times the batch."""
-    step = step_time(candidate, group_batch, settings, cal)
     total = weight = 0.0
     tau = 1.0
+    drafted = drafted_rounds = 0.0   # draft tokens per step of the mix, by rounds
     for i, share in enumerate(shares):
-        t = tokens_per_step(candidate, share.learned.get(candidate.mode), settings,
+        learned = share.learned.get(candidate.mode)
+        t = tokens_per_step(candidate, learned, settings,
                             optimistic and i == 0, batch=group_batch, pooled=pooled)
         if i == 0:
             tau = t
-        total += share.weight * rounds(share.output_tokens, t)
+        n = share.weight * rounds(share.output_tokens, t)
+        total += n
         weight += share.weight
+        share_drafted = drafted_per_step(learned, pooled)
+        if share_drafted is not None:
+            drafted += n * share_drafted
+            drafted_rounds += n
+    # The mix's sequences draft as each class does, in proportion to the rounds its
+    # requests spend in the batch.
+    step = step_time(candidate, group_batch, settings, cal,
+                     drafted / drafted_rounds if drafted_rounds > 0 else None)
     prefills = max(group_batch, 1) * _prefill(candidate, prompt_tokens, settings, cal.scale,
                                               plain)
     own = prefills + (step * total / weight if weight > 0 else 0.0)

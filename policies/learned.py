@@ -66,7 +66,8 @@ class LearnedStats:
             length = s.mean_accepted_length
             if length is not None:      # steps but no draft tokens: nothing accepted
                 result[mode] = LearnedAcceptance(length, s.acceptance_rate or 0.0,
-                                                 s.requests, s.drafts)
+                                                 s.requests, s.drafts,
+                                                 s.draft_tokens / s.drafts)
         return result
 
     def expected_output(self, workload_class: str, now: float) -> float | None:

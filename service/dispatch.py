@@ -439,7 +439,8 @@ class Dispatcher:
                         method=info.method, num_speculative_tokens=info.num_speculative_tokens,
                         gpu_group=info.gpu_group, step_profile=s.step_profile,
                         prefill_s=s.prefill_s,
-                        k_schedule=info.k_schedule)
+                        k_schedule=info.k_schedule, draft_token_s=s.draft_token_s,
+                        step_drafted=s.step_drafted)
 
 
 def _workload_class(value: str | None, param: str) -> str | None:

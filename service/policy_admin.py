@@ -25,7 +25,9 @@ def describe(runtime: Runtime) -> dict[str, Any]:
                           "recent_mean_accepted_length": m.mean_accepted_length,
                           "step_profile": [{"batch": b, "seconds": round(s, 6), "samples": n}
                                            for b, s, n in m.step_profile],
-                          "prefill_s": m.prefill_s}
+                          "prefill_s": m.prefill_s,
+                          "draft_token_s": m.draft_token_s,
+                          "step_drafted": m.step_drafted}
     return {"policy": runtime.policy.name, "replica_id": state.replica_id,
             "settings_version": state.settings_version,
             "settings": state.settings.model_dump(mode="json"),

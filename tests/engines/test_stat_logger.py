@@ -105,3 +105,16 @@ def test_engines_sharing_a_device_see_each_others_requests() -> None:
     assert not a.peers_busy() and not b.peers_busy()
     b._in_flight = 1                               # what generate() counts
     assert a.peers_busy() and not b.peers_busy()
+
+
+def test_a_speculative_steps_draft_tokens_reach_the_profile() -> None:
+    """Each decode step's draft tokens go with its time: n-gram at batch 4 stepping
+    20 ms plus 1 ms per draft token reads 1 ms a draft token."""
+    c = LiveCounters(speculative=True)
+    at = 0.0
+    c.observe_step(0, prefills=0, decodes=4, at=at, draft_tokens=0)
+    for i in range(1, 30):
+        drafts = (i * 3) % 13
+        at += 0.020 + 0.001 * drafts
+        c.observe_step(i, prefills=0, decodes=4, at=at, draft_tokens=drafts)
+    assert c.steps.draft_token_s == pytest.approx(0.001, rel=0.02)

@@ -52,3 +52,31 @@ def test_every_reader_sees_one_load_shape() -> None:
     assert report["spec_decode"] == {"drafts": 4, "draft_tokens": 12, "accepted_tokens": 7,
                                      "recent_acceptance_rate": 0.58}
     assert "spec_decode" not in EngineStats("standard", up=False).report()
+
+
+def test_a_profile_measures_what_a_draft_token_costs_among_steps_of_one_batch() -> None:
+    """N-gram drafts only where the text repeats: at batch 8 its steps took 10 ms plus
+    0.5 ms per draft token verified. The slope is read within one batch size, so the
+    batch's own growth (batch 2 is cheaper and drafts less) does not read as drafts'."""
+    profile = StepTimeProfile()
+    for i in range(40):
+        drafts = (i * 7) % 25
+        profile.add(8, 0.010 + 0.0005 * drafts, draft_tokens=drafts)
+        profile.add(2, 0.004 + 0.0005 * (i % 5), draft_tokens=i % 5)
+    assert profile.draft_token_s == pytest.approx(0.0005, rel=0.05)
+    # Each bucket is reported at the engine's mean draft tokens per sequence.
+    per_seq = profile.drafted
+    (b2, s2, _), (b8, s8, _) = profile.snapshot()
+    assert (b2, b8) == (2, 8)
+    assert s8 == pytest.approx(0.010 + 0.0005 * 8 * per_seq, rel=0.05)
+    assert s2 == pytest.approx(0.004 + 0.0005 * 2 * per_seq, rel=0.05)
+
+
+def test_a_drafter_that_always_drafts_k_keeps_its_profile_as_timed() -> None:
+    """EAGLE-3 verifies K tokens per sequence every step: no spread, no slope."""
+    profile = StepTimeProfile()
+    for i in range(20):
+        profile.add(4, 0.020 + 0.001 * (i % 3), draft_tokens=12)
+    assert profile.draft_token_s == 0.0
+    (_, seconds, _), = profile.snapshot()
+    assert seconds == pytest.approx(profile.seconds_at(4))

@@ -16,7 +16,15 @@ from policies.base import (
     ModeLoad,
     pooled_acceptance,
 )
-from policies.cost import Calibration, calibrate, estimate, step_time, tokens_per_step
+from policies.cost import (
+    Calibration,
+    ClassShare,
+    calibrate,
+    estimate,
+    estimate_mix,
+    step_time,
+    tokens_per_step,
+)
 
 SETTINGS = AdaptiveSettings()
 # K = 3 alone, 2 from batch 4, none from batch 16 on (a gap 8-15 keeps K = 2).
@@ -162,3 +170,64 @@ def test_a_batch_of_copy_prompts_stays_on_ngram_rather_than_a_drafter_measured_a
                            mode_acceptance=copy)
     decision = AdaptivePolicy(AdaptiveSettings()).decide(inputs)
     assert decision.mode == "ngram", decision.reason
+
+
+# --- n-gram's step depends on the class it serves ------------------------------------
+
+def _ngram(batch: int = 0) -> ModeLoad:
+    """N-gram (K = 4) measured 0.063 s at batch 16 while drafting 1.5 tokens per
+    sequence, and 1.25 ms per draft token a step verifies."""
+    return ModeLoad(mode="ngram", up=True, batch_size=batch, speculative=True,
+                    method="ngram", num_speculative_tokens=4,
+                    step_profile=((1, 0.030, 40), (16, 0.063, 40)),
+                    draft_token_s=0.00125, step_drafted=1.5)
+
+
+def test_ngram_is_priced_at_the_draft_tokens_of_the_class_it_serves() -> None:
+    """Stop 34's trace: n-gram's step at batch 16 read 0.063 s after free text and
+    0.081 s after copy-heavy prompts. Each class is priced at its own drafts."""
+    load, cal = _ngram(), Calibration()
+    as_measured = step_time(load, 16, SETTINGS, cal)
+    assert as_measured == pytest.approx(0.063)
+    copy = step_time(load, 16, SETTINGS, cal, drafted=2.4)     # drafts on most steps
+    free = step_time(load, 16, SETTINGS, cal, drafted=0.3)     # seldom finds a match
+    assert copy == pytest.approx(0.063 + 0.00125 * 16 * 0.9)
+    assert free == pytest.approx(0.063 - 0.00125 * 16 * 1.2)
+    # Never beyond the K a step drafts, never below a third of the measured step.
+    assert step_time(load, 16, SETTINGS, cal, drafted=50.0) == \
+        pytest.approx(0.063 + 0.00125 * 16 * 2.5)
+    steep = replace(load, draft_token_s=1.0)
+    assert step_time(steep, 16, SETTINGS, cal, drafted=0.0) == pytest.approx(0.063 / 3)
+
+
+def test_a_mix_is_priced_at_the_draft_tokens_its_classes_bring() -> None:
+    """A batch of copy-heavy requests costs n-gram more per step than a batch of free
+    text; a class whose drafts are unknown is priced as the profile measured."""
+    def share(drafted: float | None) -> ClassShare:
+        return ClassShare(1.0, 100.0, {"ngram": LearnedAcceptance(
+            2.0, 0.5, 10.0, 400.0, drafted)})
+    cal = Calibration()
+    copy = estimate_mix(_ngram(), 16, [share(2.4)], 100, SETTINGS, cal)
+    free = estimate_mix(_ngram(), 16, [share(0.3)], 100, SETTINGS, cal)
+    unknown = estimate_mix(_ngram(), 16, [share(None)], 100, SETTINGS, cal)
+    rounds = 99 / copy.tokens_per_step
+    assert copy.own_s - free.own_s == pytest.approx(rounds * 0.00125 * 16 * 2.1, rel=1e-6)
+    assert free.own_s < unknown.own_s < copy.own_s
+
+
+def test_what_is_learned_carries_the_draft_tokens_per_step() -> None:
+    from policies.learned import LearnedStats
+
+    stats = LearnedStats(lambda: 300.0)
+    # 40 tokens: 20 decode steps, 10 of them drafted 4 tokens each, 19 accepted.
+    stats.observe("ngram", "copy", drafts=10, draft_tokens=40, accepted=19,
+                  completion_tokens=40, now=0.0)
+    stats.observe("ngram", "free", drafts=2, draft_tokens=8, accepted=1,
+                  completion_tokens=40, now=0.0)
+    copy = stats.acceptance_for("copy", 0.0)["ngram"]
+    assert copy.draft_tokens_per_step == pytest.approx(40 / 20)
+    free = stats.acceptance_for("free", 0.0)["ngram"]
+    assert free.draft_tokens_per_step == pytest.approx(8 / 38)
+    pooled = pooled_acceptance({"copy": ClassLearned({"ngram": copy}),
+                                "free": ClassLearned({"ngram": free})})["ngram"]
+    assert pooled.draft_tokens_per_step == pytest.approx(48 / 58)
