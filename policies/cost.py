@@ -97,10 +97,10 @@ def step_time(load: ModeLoad, batch: float, settings: AdaptiveSettings,
     sequences drafting ``drafted`` tokens a step (None: as the profile measured).
 
     Measured where the profile covers ``batch`` (interpolated). Outside it, the
-    reference shape (``_reference_step``) scaled to the nearest measured point: it
-    knows that a step verifying ``K + 1`` tokens per sequence grows faster with batch
-    than a plain one, which a slope taken from a few low batches cannot know (a wide
-    tree measured at batch 1 would otherwise look cheap at batch 128).
+    calibrated prior's shape (``_prior_step``) scaled to the nearest measured point:
+    it knows that a step verifying ``K + 1`` tokens per sequence grows faster with
+    batch than a plain one, which a slope taken from a few low batches cannot know (a
+    wide tree measured at batch 1 would otherwise look cheap at batch 128).
 
     Where the engine measured what a draft token costs (n-gram, whose drafts vary with
     the text), the step is moved from the draft tokens per sequence it was measured at
@@ -127,15 +127,19 @@ def _profile_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
                   cal: Calibration) -> float:
     if batch <= 0:
         return 0.0
-    prior = _reference_step(load, batch, settings, cal)
+    prior = _prior_step(load, batch, settings, cal)
     points = _points(load.step_profile)
     if not points:
         return prior
     (b0, s0), (b1, s1) = points[0], points[-1]
     if batch < b0:
-        return min(s0, s0 * prior / _reference_step(load, b0, settings, cal))
+        return min(s0, s0 * prior / _prior_step(load, b0, settings, cal))
     if batch > b1:
-        shaped = s1 * prior / _reference_step(load, b1, settings, cal)
+        # Scaled to the measured point, and at least what the batch adds on the
+        # calibrated prior: an engine that measures cheaper than the prior at b1 (its
+        # drafting below the prior's overhead) must not scale the growth down with it.
+        at_b1 = _prior_step(load, b1, settings, cal)
+        shaped = max(s1 * prior / at_b1, s1 + prior - at_b1)
         if len(points) == 1:
             return shaped
         return max(shaped, s1 + _slope(list(points[-3:])) * (batch - b1))
@@ -161,57 +165,69 @@ def _slope(points: list[tuple[float, float]]) -> float:
     return max(sum((b - mb) * (s - ms) for b, s in points) / var, 0.0) if var > 0 else 0.0
 
 
-def _reference_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
-                    cal: Calibration) -> float:
-    """A step of ``load``'s engine at ``batch`` as the hardware is known to behave,
-    for a batch its own profile does not cover: a speculative step verifies
-    ``batch * (K + 1)`` tokens, and once the plain engine has measured steps, what
-    that many tokens cost is read from plain decoding's own curve (with the method's
-    drafting overhead on top) rather than from the prior's shape. The prior is a
-    GPU's, nearly flat until its knee; on a CPU every verified token costs, and a
-    drafter measured only alone would read three times too cheap at batch 16
-    (docs/policy.md, "Steps the profile has not measured")."""
-    if load.method is None or cal.plain is None:
-        return _prior_step(load, batch, settings, cal.scale)
-    prior = settings.prior_for(load.method)
-    overhead = prior.draft_overhead if prior is not None else 0.0
-    tokens = batch * (load.draft_length(batch) + 1)
-    return step_time(cal.plain, tokens, settings, cal) * (1.0 + overhead)
-
-
 def _prior_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
-                plain_scale: float) -> float:
-    k = load.draft_length(batch)
+                cal: Calibration) -> float:
+    """The prior's step, its two parts calibrated on plain decoding's measurements
+    (``Calibration``): the fixed part (with the method's drafting overhead) and what
+    grows with the batch, per sequence and per verified token beyond the knee."""
     prior = settings.prior_for(load.method)
     overhead = prior.draft_overhead if prior is not None else 0.0
-    fixed = settings.step_fixed_s * (1.0 + overhead)
-    # Below the knee a step is bound by reading the weights: verified tokens are free.
+    fixed, grows = _prior_parts(batch, load.draft_length(batch), settings)
+    return cal.scale * fixed * (1.0 + overhead) + cal.slope * grows
+
+
+def _prior_parts(batch: float, k: int, settings: AdaptiveSettings) -> tuple[float, float]:
+    """The prior's fixed seconds, and its seconds that grow with the batch at draft
+    length ``k``. Below the knee a step is bound by reading the weights: verified
+    tokens are free."""
     tokens = max(batch * (k + 1) - settings.step_knee_tokens, 0.0)
-    return plain_scale * (fixed + settings.step_per_seq_s * batch
-                          + settings.step_per_token_s * tokens)
+    return settings.step_fixed_s, settings.step_per_seq_s * batch + \
+        settings.step_per_token_s * tokens
 
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """What plain decoding's measured steps say about the hardware: how much slower
-    than the prior a step runs (``scale``, applied to the priors of modes without
-    measurements, so that a new mode on a slow machine is not compared against
-    GPU-speed guesses), and the plain engine itself, whose step profile gives how a
-    step grows with the tokens it verifies (``_reference_step``). None and 1.0 while
-    unmeasured."""
+    """How plain decoding's measured steps compare with the prior's two parts: its
+    fixed part (``scale``) and the part that grows with the batch (``slope``).
+
+    Applied to the prior of every mode, so that a mode without measurements is not
+    compared against GPU-speed guesses on a slow machine, and so that a profile is
+    extrapolated beyond its measurements at this hardware's growth. The prior is a
+    GPU's, nearly flat while reading the weights dominates; on the 2-core CPU every
+    verified token costs about eight times what it assumes, and a drafter measured
+    only alone read three times too cheap at batch 16 (docs/policy.md, "Steps the
+    profile has not measured"). Both 1.0 while unmeasured; with plain decoding
+    measured at one batch only, both are its ratio to the prior there."""
 
     scale: float = 1.0
-    plain: ModeLoad | None = None
+    slope: float = 1.0
 
 
 def calibrate(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> Calibration:
-    """The plain engine's calibration (``Calibration``), from its measured profile."""
+    """Fit plain decoding's measured profile as ``scale * fixed + slope * grows``
+    (least squares over its buckets; ``_prior_parts``)."""
     for load in modes.values():
         if load.method is None and load.step_profile:
-            b, s, _ = min(load.step_profile, key=lambda p: p[0])
-            prior = _prior_step(load, b, settings, 1.0)
-            return Calibration(s / prior if prior > 0 else 1.0, load)
+            return _fit(_points(load.step_profile), settings)
     return Calibration()
+
+
+def _fit(points: tuple[tuple[float, float], ...], settings: AdaptiveSettings) -> Calibration:
+    parts = [(*_prior_parts(b, 0, settings), s) for b, s in points]
+    f0, g0, s0 = parts[0]
+    single = s0 / (f0 + g0) if f0 + g0 > 0 else 1.0
+    # Solve s = scale * f + slope * g in least squares (f is the same at every batch).
+    n = len(parts)
+    mg = sum(g for _, g, _ in parts) / n
+    ms = sum(s for _, _, s in parts) / n
+    var = sum((g - mg) ** 2 for _, g, _ in parts)
+    if n < 2 or var <= 0 or f0 <= 0:
+        return Calibration(single, single)
+    slope = max(sum((g - mg) * (s - ms) for _, g, s in parts) / var, 0.0)
+    scale = (ms - slope * mg) / f0
+    if scale <= 0:
+        return Calibration(single, single)
+    return Calibration(scale, slope)
 
 
 def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: int,
