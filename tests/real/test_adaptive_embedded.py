@@ -92,7 +92,13 @@ async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGatew
             r = await chat(h, real_gateway, prompts[0], cls)
             mode, reason = r.headers["x-spec-mode"], r.headers["x-spec-decision"]
             fastest = max(speed[cls], key=speed[cls].__getitem__)
-            assert speed[cls][mode] >= 0.9 * speed[cls][fastest], (cls, mode, reason, speed)
+            # The two trained drafters run within a few percent of each other on chat,
+            # and a forced mode timed over these few prompts on 2 shared cores swings
+            # by about 15% (one CI run: DFlash 23.0, EAGLE-3 27.2 tokens/s; the gateway
+            # benchmark the other way, 27.6 against 24.8). 0.8 of the fastest still
+            # fails a clearly slower choice: plain decoding on chat (0.63x) or a random
+            # drafter (0.6x).
+            assert speed[cls][mode] >= 0.8 * speed[cls][fastest], (cls, mode, reason, speed)
             assert reason.startswith((f"cost:{mode} +", f"hold:{mode}")), reason
             chosen[cls] = mode
         policy = (await h.get("/admin/policy", headers=AUTH)).json()
