@@ -216,15 +216,13 @@ def _fit(points: tuple[tuple[float, float], ...], settings: AdaptiveSettings) ->
     parts = [(*_prior_parts(b, 0, settings), s) for b, s in points]
     f0, g0, s0 = parts[0]
     single = s0 / (f0 + g0) if f0 + g0 > 0 else 1.0
-    # Solve s = scale * f + slope * g in least squares (f is the same at every batch).
-    n = len(parts)
-    mg = sum(g for _, g, _ in parts) / n
-    ms = sum(s for _, _, s in parts) / n
-    var = sum((g - mg) ** 2 for _, g, _ in parts)
-    if n < 2 or var <= 0 or f0 <= 0:
+    # Solve s = scale * f + slope * g in least squares (f is the same at every batch,
+    # so the slope is the one of s on g, and scale * f the intercept).
+    if len({g for _, g, _ in parts}) < 2 or f0 <= 0:
         return Calibration(single, single)
-    slope = max(sum((g - mg) * (s - ms) for _, g, s in parts) / var, 0.0)
-    scale = (ms - slope * mg) / f0
+    slope = _slope([(g, s) for _, g, s in parts])
+    n = len(parts)
+    scale = (sum(s for _, _, s in parts) - slope * sum(g for _, g, _ in parts)) / n / f0
     if scale <= 0:
         return Calibration(single, single)
     return Calibration(scale, slope)
