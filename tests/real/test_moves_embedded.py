@@ -60,7 +60,8 @@ async def test_a_request_moved_mid_stream_keeps_its_greedy_text(
     messages: list[Any] = [{"role": "user", "content": PROMPT}]
     unmoved = []
     async with httpx.AsyncClient(base_url=gw.url, timeout=600) as h, \
-            openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0) as client:
+            openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0,
+                               timeout=600) as client:
         reference = await client.chat.completions.create(
             model=gw.model, messages=messages, max_tokens=TOKENS, temperature=0,
             extra_headers={"x-spec-mode": "standard"})

@@ -130,7 +130,7 @@ def remote_running(url: str) -> float:
 
 
 async def test_remote_modes_serve_identically(gateways: list[str]) -> None:
-    c = openai.AsyncOpenAI(base_url=gateways[0] + "/v1", api_key="x", max_retries=0)
+    c = openai.AsyncOpenAI(base_url=gateways[0] + "/v1", api_key="x", max_retries=0, timeout=600)
     texts = {}
     for mode in ("standard", "ngram"):
         raw = await c.chat.completions.with_raw_response.create(
