@@ -137,19 +137,34 @@ class StepTimeProfile:
     engine's mean draft tokens per sequence (``drafted``), and the policy prices a
     class at its own (docs/policy.md, "n-gram's step depends on the class"). A
     drafter that drafts ``K`` tokens every step has no spread to measure: its slope
-    stays 0 and its profile is as timed."""
+    stays 0 and its profile is as timed.
+
+    The cost of a draft token is the hardware's, not the traffic's, so the slope has a
+    longer memory than the profile: each batch size's steps are fitted in windows of
+    ``SLOPE_WINDOW`` (local in time, so the machine's drift between windows does not
+    bias it), and each window's slope joins a precision-weighted mean (weight: the
+    window's spread of draft tokens over its residual variance). A window without
+    spread (free text, where n-gram drafts on few steps) adds nothing and forgets
+    nothing; a noisy one weighs little beside a copy-heavy window's clear slope."""
 
     alpha: float = 0.05
     # bucket -> [mean seconds, samples, mean batch, mean draft tokens per sequence]
     _buckets: dict[int, list[float]] = field(default_factory=dict)
-    # exact batch -> [samples, mean D, mean s, mean D*D, mean D*s] (D: the step's draft
-    # tokens), moving averages: the slope is taken within a batch size, so that the
-    # batch's own cost does not read as the drafts'.
-    _moments: dict[int, list[float]] = field(default_factory=dict)
+    # exact batch -> the open window's sums [n, D, s, D*D, D*s, s*s] (D: the step's
+    # draft tokens): the slope is taken within a batch size, so that the batch's own
+    # cost does not read as the drafts'.
+    _windows: dict[int, list[float]] = field(default_factory=dict)
+    # The closed windows' slopes: [sum of precision x slope, sum of precision].
+    _slope: list[float] = field(default_factory=lambda: [0.0, 0.0])
     _drafted: list[float] = field(default_factory=lambda: [0.0, 0.0])   # [mean, samples]
 
-    # Samples of one batch size before its spread counts towards the slope.
-    MIN_SLOPE_SAMPLES = 8
+    # Steps of one batch size fitted together; what the slope's mean keeps of the
+    # windows before at each window with spread (about 20 such windows' memory).
+    SLOPE_WINDOW = 32
+    SLOPE_MEMORY = 0.95
+    # Residual noise never read below this share of the step (timer resolution), so
+    # that a window fitting exactly does not outweigh every other.
+    NOISE_FLOOR = 1e-3
 
     def add(self, batch: int, seconds: float, draft_tokens: int | None = None) -> None:
         if batch <= 0 or seconds <= 0:
@@ -169,26 +184,35 @@ class StepTimeProfile:
         drafted = self._drafted
         drafted[1] += 1
         drafted[0] += max(1.0 / drafted[1], self.alpha) * (per_seq - drafted[0])
-        m = self._moments.setdefault(batch, [0.0, 0.0, 0.0, 0.0, 0.0])
-        m[0] += 1
-        w = max(1.0 / m[0], self.alpha)
+        w = self._windows.setdefault(batch, [0.0] * 6)
         d = float(draft_tokens)
-        for i, value in ((1, d), (2, seconds), (3, d * d), (4, d * seconds)):
-            m[i] += w * (value - m[i])
+        for i, value in enumerate((1.0, d, seconds, d * d, d * seconds, seconds * seconds)):
+            w[i] += value
+        if w[0] >= self.SLOPE_WINDOW:
+            self._close_window(w)
+            w[:] = [0.0] * 6
+
+    def _close_window(self, w: list[float]) -> None:
+        """Fold one batch size's window of steps into the slope's precision-weighted
+        mean, if its draft tokens varied."""
+        n, sd, ss, sdd, sds, sss = w
+        sxx = sdd - sd * sd / n
+        if sxx <= 1e-9:
+            return
+        slope = (sds - sd * ss / n) / sxx
+        resid = (sss - ss * ss / n - slope * slope * sxx) / max(n - 2, 1.0)
+        noise = max(resid, (self.NOISE_FLOOR * ss / n) ** 2)
+        precision = sxx / noise
+        acc = self._slope
+        acc[0] = self.SLOPE_MEMORY * acc[0] + precision * slope
+        acc[1] = self.SLOPE_MEMORY * acc[1] + precision
 
     @property
     def draft_token_s(self) -> float:
-        """Seconds a step spends per draft token it verifies (never negative); 0 while
-        no batch size has seen its steps' draft tokens vary."""
-        cov = var = 0.0
-        for n, md, ms, mdd, mds in self._moments.values():
-            if n < self.MIN_SLOPE_SAMPLES:
-                continue
-            v = mdd - md * md
-            if v > 1e-9:
-                cov += n * (mds - md * ms)
-                var += n * v
-        return max(cov / var, 0.0) if var > 0 else 0.0
+        """Seconds a step spends per draft token it verifies (never negative); 0 until
+        a window of one batch size's steps has seen its draft tokens vary."""
+        total, precision = self._slope
+        return max(total / precision, 0.0) if precision > 0 else 0.0
 
     @property
     def drafted(self) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from engines.stats import StepTimeProfile, batch_bucket
@@ -70,6 +72,38 @@ def test_a_profile_measures_what_a_draft_token_costs_among_steps_of_one_batch() 
     assert (b2, b8) == (2, 8)
     assert s8 == pytest.approx(0.010 + 0.0005 * 8 * per_seq, rel=0.05)
     assert s2 == pytest.approx(0.004 + 0.0005 * 2 * per_seq, rel=0.05)
+
+
+def test_the_cost_of_a_draft_token_outlasts_free_text_that_drafts_little() -> None:
+    """The slope is the hardware's. Stop 36's trace read n-gram's at 0.4 ms per draft
+    token on copy-heavy prompts and 0 after one cell of free text, where it drafts on
+    few steps and the step's noise swamps the little spread there is. Free text now
+    adds what little it knows and forgets nothing; the copy-heavy slope stands."""
+    rng = random.Random(0)
+    profile = StepTimeProfile()
+    for _ in range(320):                               # copy-heavy: drafts on most steps
+        drafts = rng.choice((0, 4, 6, 8))
+        profile.add(2, 0.030 + 0.0004 * drafts + rng.gauss(0, 0.0005), draft_tokens=drafts)
+    assert profile.draft_token_s == pytest.approx(0.0004, rel=0.1)
+    for _ in range(1280):                              # free text: a draft on 1 step in 20
+        drafts = 4 if rng.random() < 0.05 else 0
+        profile.add(2, 0.028 + 0.0004 * drafts + rng.gauss(0, 0.003), draft_tokens=drafts)
+    assert profile.draft_token_s == pytest.approx(0.0004, rel=0.25)
+    for _ in range(1280):                              # free text that never drafts
+        profile.add(2, 0.028 + rng.gauss(0, 0.003), draft_tokens=0)
+    assert profile.draft_token_s == pytest.approx(0.0004, rel=0.25)
+
+
+def test_the_cost_of_a_draft_token_follows_a_change_that_is_measured() -> None:
+    """Its memory is long, not forever: steps that clearly measure a new cost per
+    draft token (another machine's load, a new engine build) take over."""
+    profile = StepTimeProfile()
+    for i in range(64):
+        profile.add(4, 0.020 + 0.0004 * (i % 9), draft_tokens=i % 9)
+    assert profile.draft_token_s == pytest.approx(0.0004, rel=0.05)
+    for i in range(32 * 60):
+        profile.add(4, 0.020 + 0.0010 * (i % 9), draft_tokens=i % 9)
+    assert profile.draft_token_s == pytest.approx(0.0010, rel=0.05)
 
 
 def test_a_drafter_that_always_drafts_k_keeps_its_profile_as_timed() -> None:
