@@ -90,6 +90,7 @@ class Cell:
     latencies: list[float]
     served_by: dict[str, int]
     decisions: list[str] = field(default_factory=list)  # auto's x-spec-decision, as sent
+    rounds: list[float] = field(default_factory=list)   # tokens/s of each round's block
 
     @property
     def tokens_per_s(self) -> float:
@@ -208,7 +209,7 @@ def merge(parts: list[Cell]) -> Cell:
     first = parts[0]
     return Cell(first.workload, first.concurrency, first.policy, sum(p.tokens for p in parts),
                 sum(p.seconds for p in parts), [x for p in parts for x in p.latencies], served,
-                [d for p in parts for d in p.decisions])
+                [d for p in parts for d in p.decisions], [p.tokens_per_s for p in parts])
 
 
 def auto_vs_best(cells: list[Cell]) -> dict[tuple[str, int], float]:
@@ -221,18 +222,37 @@ def auto_vs_best(cells: list[Cell]) -> dict[tuple[str, int], float]:
     return ratios
 
 
+def round_ratios(cells: list[Cell]) -> dict[tuple[str, int], list[float]]:
+    """auto over the best forced mode within each round, per (workload, concurrency):
+    a round's five blocks run back to back, so the spread of these is how far one
+    cell's figure moves with the machine alone. Empty where the cells do not carry
+    their rounds (sweeps written before stop 37)."""
+    out = {}
+    for key in {(c.workload, c.concurrency) for c in cells}:
+        group = {c.policy: c.rounds for c in cells if (c.workload, c.concurrency) == key}
+        n = {len(r) for r in group.values()}
+        if len(n) != 1 or 0 in n:
+            out[key] = []
+            continue
+        out[key] = [group["auto"][r] / max(v[r] for p, v in group.items() if p != "auto")
+                    for r in range(n.pop())]
+    return out
+
+
 def markdown(cells: list[Cell]) -> str:
-    ratios = auto_vs_best(cells)
+    ratios, per_round = auto_vs_best(cells), round_ratios(cells)
     head = " | ".join(POLICIES)
-    lines = [f"| workload | c | {head} | auto / best forced | auto served by |",
-             "|---|---|" + "---|" * (len(POLICIES) + 2)]
+    lines = [f"| workload | c | {head} | auto / best forced | per round | auto served by |",
+             "|---|---|" + "---|" * (len(POLICIES) + 3)]
     for workload in _measured(cells):
         for c in sorted({x.concurrency for x in cells}):
             row = {x.policy: x for x in cells if (x.workload, x.concurrency) == (workload, c)}
             tps = " | ".join(f"{row[p].tokens_per_s:.1f}" for p in POLICIES)
             served = ", ".join(f"{m} {n}" for m, n in sorted(row["auto"].served_by.items()))
+            rounds = per_round[(workload, c)]
+            spread = f"{min(rounds):.2f}–{max(rounds):.2f}" if rounds else "–"
             lines.append(f"| {workload} | {c} | {tps} | {ratios[(workload, c)]:.2f} | "
-                         f"{served} |")
+                         f"{spread} | {served} |")
     lines += ["", "Completion tokens/s (streamed, wall time). Latency p50 / p99 (s):", "",
               "| workload | c | " + " | ".join(POLICIES) + " |",
               "|---|---|" + "---|" * len(POLICIES)]
@@ -302,7 +322,8 @@ def load(path: Path) -> list[Cell]:
     """Cells written by ``run`` (its ``cpu_sweep.json``)."""
     rows = json.loads(path.read_text())
     return [Cell(r["workload"], r["concurrency"], r["policy"], r["tokens"], r["seconds"],
-                 r["latencies"], r["served_by"], r.get("decisions", [])) for r in rows]
+                 r["latencies"], r["served_by"], r.get("decisions", []), r.get("rounds", []))
+            for r in rows]
 
 
 def main() -> None:
@@ -329,8 +350,10 @@ def main() -> None:
     (args.out / "cpu_sweep.md").write_text(text + "\n")
     print(text)
     worst = min(auto_vs_best(cells).values())
+    per_round = [statistics.median(r) for r in round_ratios(cells).values() if r]
     print(f"cpu_auto_vs_best_min={worst:.3f} "
-          f"median={statistics.median(auto_vs_best(cells).values()):.3f}")
+          f"median={statistics.median(auto_vs_best(cells).values()):.3f}"
+          + (f" round_median_min={min(per_round):.3f}" if per_round else ""))
 
 
 if __name__ == "__main__":
