@@ -3,7 +3,10 @@
 Three kinds, like the traffic a gateway sees: ``code`` (write a function from its
 documentation), ``copy`` (rework a given text or code, so the answer repeats much
 of the prompt) and ``chat`` (free questions). Sources: ``pydoc_data.topics``,
-standard-library docstrings and source, and templated questions.
+standard-library docstrings and source, the docstrings and source of packages a
+SpecGate install brings (``THIRD_PARTY_MODULES``: networkx, sympy, numpy, jinja2,
+requests, rich and others that vLLM, torch and the gateway depend on), and templated
+questions.
 
 The held-out evaluation set (``data/heldout.jsonl``) is drawn from sources the
 training set never uses: the modules, documentation topics and chat subjects
@@ -68,7 +71,46 @@ MODULES = (
     "ctypes.util", "distutils.util", "tomllib", "secrets", "numbers", "heapq",
 )
 # Modules whose classes' documented methods are prompts too (the third slice).
-METHOD_MODULES = frozenset(MODULES[MODULES.index("os.path"):]) | {
+# The fourth training slice (rows 21,982 on): packages a SpecGate install brings (vLLM's,
+# torch's and the gateway's dependencies), functions and classes' methods alike, so the
+# code and copy prompts cover thousands of functions the standard library does not have.
+# A module missing from some install is skipped; the committed file keeps what was used.
+THIRD_PARTY_MODULES = (
+    "networkx.algorithms.dag", "networkx.algorithms.coloring.greedy_coloring",
+    "networkx.generators.classic", "networkx.generators.small",
+    "networkx.generators.random_graphs", "networkx.classes.function",
+    "networkx.utils.misc", "networkx.algorithms.shortest_paths.generic",
+    "networkx.algorithms.shortest_paths.weighted",
+    "networkx.algorithms.shortest_paths.unweighted",
+    "networkx.algorithms.traversal.depth_first_search",
+    "networkx.algorithms.traversal.breadth_first_search", "networkx.algorithms.cycles",
+    "networkx.algorithms.cluster", "networkx.algorithms.clique",
+    "networkx.algorithms.matching", "networkx.algorithms.tree.mst",
+    "networkx.algorithms.euler", "networkx.algorithms.isolate",
+    "networkx.algorithms.distance_measures", "networkx.algorithms.bipartite.basic",
+    "networkx.convert", "sympy.ntheory.factor_", "sympy.ntheory.primetest",
+    "sympy.ntheory.generate", "sympy.ntheory.modular",
+    "sympy.combinatorics.permutations", "sympy.utilities.iterables",
+    "sympy.utilities.misc", "sympy.core.numbers", "sympy.polys.polytools",
+    "sympy.solvers.solvers", "sympy.simplify.simplify", "sympy.matrices.dense",
+    "sympy.sets.sets", "sympy.logic.boolalg", "sympy.geometry.point",
+    "sympy.discrete.convolutions", "sympy.crypto.crypto", "sympy.stats.rv",
+    "numpy.ma.core", "numpy.ma.extras", "numpy.polynomial.polynomial",
+    "numpy.polynomial.polyutils", "jinja2.filters", "jinja2.utils", "jinja2.tests",
+    "click.termui", "click.formatting", "click.utils", "yaml", "dateutil.rrule",
+    "dateutil.tz.tz", "packaging.tags", "packaging.specifiers", "packaging.utils",
+    "packaging.markers", "requests.utils", "requests.models", "requests.sessions",
+    "urllib3.util.retry", "starlette.routing", "rich.text", "rich.console",
+    "rich.markup", "pygments.util", "pygments.lexer", "tqdm.std", "attr._make",
+    "markdown_it.common.utils", "mpmath.functions.functions", "mpmath.ctx_base",
+    "werkzeug.utils", "werkzeug.http", "werkzeug.security",
+    "sortedcontainers.sortedlist", "sortedcontainers.sorteddict", "dill._dill",
+    "cloudpickle.cloudpickle", "fsspec.utils", "fsspec.core", "matplotlib.colors",
+    "matplotlib.cbook", "typing_extensions", "pyparsing.core", "pyparsing.helpers",
+    "idna.core", "aiohttp.helpers", "psutil", "ruamel.yaml.main", "tiktoken.core",
+    "lark.lark", "einops.einops",
+)
+METHOD_MODULES = frozenset(MODULES[MODULES.index("os.path"):]) | set(THIRD_PARTY_MODULES) | {
     "json", "csv", "configparser", "argparse", "logging", "pathlib", "zipfile", "tarfile",
     "email.utils", "http.cookies", "sched", "queue", "threading", "sqlite3", "pprint",
     "reprlib", "string", "shlex", "html", "decimal", "fractions", "datetime", "random"}
@@ -143,6 +185,56 @@ CHAT_SUBJECTS = (
     "acids and bases", "energy", "heat", "friction", "simple machines", "levers", "pulleys",
     "wheels", "engines", "steam power", "hydropower", "geothermal energy", "oil",
     "natural gas", "plastic", "glass", "steel", "wood", "cotton", "wool", "silk",
+    # Added for the fourth training slice.
+    "the Northern Lights", "auroras", "monsoons", "droughts", "floods", "mangroves",
+    "otters", "beavers", "raccoons", "foxes", "deer", "moose", "bears", "polar bears",
+    "camels", "llamas", "alpacas", "goats", "sheep", "cows", "pigs", "chickens", "ducks",
+    "swans", "flamingos", "peacocks", "ostriches", "woodpeckers", "bats and echolocation",
+    "moles", "hedgehogs", "squirrels", "chipmunks", "gorillas", "chimpanzees", "orangutans",
+    "lemurs", "sloths", "armadillos", "anteaters", "hippos", "rhinos", "cheetahs",
+    "leopards", "hyenas", "crocodiles", "alligators", "snakes", "lizards", "chameleons",
+    "geckos", "salamanders", "toads", "dragonflies", "ladybugs", "grasshoppers", "crickets",
+    "fireflies", "moths", "beetles", "termites", "wasps", "mosquitoes", "ticks",
+    "earthworms", "snowflakes", "hailstorms", "the night sky", "constellations",
+    "Saturn's rings", "Venus", "Mercury", "Neptune", "Pluto", "asteroids", "the Big Bang",
+    "telescopes", "astronauts", "the International Space Station", "space suits",
+    "rovers on Mars", "gravity on the Moon", "time travel stories", "the wheel",
+    "the plough", "windmills", "water mills", "aqueducts", "canals", "dams",
+    "locks and keys", "bicycles in cities", "car engines", "electric trains", "trams",
+    "buses", "taxis", "motorcycles", "scooters", "parachutes", "kayaks", "canoes", "rowing",
+    "sailing boats", "ferries", "cargo ships", "ports", "lighthouse keepers",
+    "maps and atlases", "compasses and navigation", "passports", "hotels", "restaurants",
+    "bakeries", "markets", "supermarkets", "shopping malls", "online shopping",
+    "delivery drivers", "recipes", "soup kitchens", "lemonade", "orange juice", "milk",
+    "yogurt", "butter", "eggs", "honey", "jam", "noodles", "dumplings", "tacos", "curry",
+    "salads", "sandwiches", "pancakes", "waffles", "ice cream", "cookies", "cakes",
+    "popcorn", "nuts", "beans", "lentils", "corn", "carrots", "onions", "garlic", "peppers",
+    "mangoes", "bananas", "grapes", "strawberries", "lemons", "coconuts", "pineapples",
+    "watermelons", "peaches", "cherries", "herbs", "mint", "basil", "ginger", "cinnamon",
+    "vanilla", "coffee shops", "tea ceremonies", "kitchens", "cooking with kids",
+    "table manners", "birthdays", "weddings", "holidays", "festivals", "parades",
+    "carnivals", "circuses", "magic tricks", "juggling", "puppets", "toys", "dolls",
+    "building blocks", "jigsaw puzzles", "treehouses", "playgrounds", "summer camp",
+    "school lunches", "recess", "field trips", "science fairs", "spelling bees",
+    "debate clubs", "school uniforms", "exams", "studying tips", "note taking",
+    "time management", "procrastination", "motivation", "goal setting", "journaling",
+    "minimalism", "decluttering", "moving house", "roommates", "neighbors", "grandparents",
+    "siblings", "twins", "babies", "toddlers", "teenagers", "retirement", "aging",
+    "first jobs", "remote work", "commuting", "offices", "coworkers", "meetings",
+    "presentations", "spreadsheets", "emails at work", "customer service",
+    "small businesses", "freelancing", "entrepreneurs", "factories", "robots in factories",
+    "warehouses", "fishing boats", "lumberjacks", "miners", "firefighters",
+    "police officers", "nurses", "doctors", "dentists", "pharmacists", "veterinarians",
+    "chefs", "farmers", "carpenters", "plumbers", "electricians", "architects", "engineers",
+    "scientists", "librarians", "journalists", "photographers", "painters", "sculptors",
+    "musicians", "actors", "writers", "poets", "translators", "lawyers", "judges", "mayors",
+    "presidents", "kings and queens", "castles and moats", "knights and armor",
+    "the pyramids of Giza", "Stonehenge", "the Colosseum", "Machu Picchu", "the Taj Mahal",
+    "Petra", "Angkor Wat", "the Statue of Liberty", "Big Ben", "the Golden Gate Bridge",
+    "the Grand Canyon", "Niagara Falls", "the Mississippi River", "the Danube",
+    "the Amazon River", "Antarctica", "Greenland", "Iceland", "Japan", "Brazil", "Kenya",
+    "Egypt", "India", "Canada", "Australia", "Mexico", "Norway", "Italy", "Spain", "China",
+    "Peru", "Morocco", "New Zealand",
 )
 RESERVED_SUBJECTS = ("dinosaurs", "the ocean", "the Sun", "chocolate", "airplanes",
                      "the brain", "mountains", "elephants")
@@ -260,7 +352,7 @@ def write_heldout(path: Path = HELDOUT_PATH, per_kind: int = 16, seed: int = 1) 
 
 def _all_prompts(*, reserved: bool) -> Iterator[Prompt]:
     modules = RESERVED_MODULES if reserved else tuple(
-        m for m in dict.fromkeys(MODULES) if m not in RESERVED_MODULES)
+        m for m in dict.fromkeys(MODULES + THIRD_PARTY_MODULES) if m not in RESERVED_MODULES)
     subjects = RESERVED_SUBJECTS if reserved else CHAT_SUBJECTS
     for name in modules:
         for qual, fn in _documented_functions(name):
