@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--method", choices=["eagle3", "dflash"], required=True)
     parser.add_argument("--drafter", type=Path, help="drafter dir (default: shipped)")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--k", type=int, help="draft length (EAGLE-3) or masked block "
+                        "slots (DFlash) to walk and score; default: the method's default")
     args = parser.parse_args(argv)
 
     embedded = prepare_embedded(Settings().cache_dir)
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     vocab = DraftVocab(draft_to_target, target_to_draft, 1.0)
     drafter_cfg = json.loads((drafter / "config.json").read_text())
     depth = drafter_cfg["num_hidden_layers"]
-    cfg = TrainConfig(method=args.method, steps_ahead=DEFAULT_K[args.method],
+    k = args.k or DEFAULT_K[args.method]
+    cfg = TrainConfig(method=args.method, steps_ahead=k,
                       eagle3_layers=depth, dflash_layers=depth,
                       dflash_kv_heads=drafter_cfg.get("num_key_value_heads"))
     model = build_model(cfg, target, vocab, len(layers), special_token_id(target, MASK_TOKEN))
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[str, dict[str, float]] = {}
     walk = walk_eagle3 if args.method == "eagle3" else walk_dflash
     walked = walk(model, [(e.tokens, e.feats) for e in examples],
-                  [len(s.prompt_ids) for s in samples], target_to_draft, DEFAULT_K[args.method])
+                  [len(s.prompt_ids) for s in samples], target_to_draft, k)
     rows["walked"] = walked
     print("walked", json.dumps(walked), flush=True)
     for kind in ("code", "copy", "chat", "all"):
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
                   if kind in ("all", s.kind)]
         rows[kind] = {k: round(v, 3) for k, v in evaluate(cfg, model, chosen, "cpu").items()}
         print(kind, json.dumps(rows[kind]), flush=True)
+    rows["k"] = {"k": k}
     (work / f"{args.method}.json").write_text(json.dumps(rows, indent=2) + "\n")
 
 

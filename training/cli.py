@@ -206,6 +206,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> None:
         # run must not take a base's or another round's.
         n_layers = cfg.eagle3_layers if method == "eagle3" else cfg.dflash_layers
         depth = f"-{n_layers}layers" if n_layers != DEFAULT_LAYERS[method] else ""
+        depth += f"-k{k}" if k != DEFAULT_K[method] else ""
         depth += f"-distill{cfg.distill:g}" if cfg.distill > 0 else ""
         if method == "dflash":
             depth += f"-kv{cfg.dflash_kv_heads}" if cfg.dflash_kv_heads else ""

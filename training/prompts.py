@@ -116,7 +116,9 @@ METHOD_MODULES = frozenset(MODULES[MODULES.index("os.path"):]) | set(THIRD_PARTY
     "reprlib", "string", "shlex", "html", "decimal", "fractions", "datetime", "random"}
 RESERVED_MODULES = ("textwrap", "statistics", "difflib", "ipaddress", "colorsys",
                     "graphlib", "fnmatch", "calendar")
-CHAT_SUBJECTS = (
+# The chat subjects of the first three training slices, then those added for the fourth
+# (rows 21,982-28,125): a fourth-slice chat prompt never reuses an older subject.
+FIRST_CHAT_SUBJECTS = (
     "photosynthesis", "the water cycle", "black holes", "volcanoes", "the Roman Empire",
     "machine learning", "the internet", "electric cars", "healthy sleep", "climate change",
     "the human heart", "honey bees", "the moon landing", "recycling", "earthquakes",
@@ -185,7 +187,8 @@ CHAT_SUBJECTS = (
     "acids and bases", "energy", "heat", "friction", "simple machines", "levers", "pulleys",
     "wheels", "engines", "steam power", "hydropower", "geothermal energy", "oil",
     "natural gas", "plastic", "glass", "steel", "wood", "cotton", "wool", "silk",
-    # Added for the fourth training slice.
+)
+FOURTH_SLICE_CHAT_SUBJECTS = (
     "the Northern Lights", "auroras", "monsoons", "droughts", "floods", "mangroves",
     "otters", "beavers", "raccoons", "foxes", "deer", "moose", "bears", "polar bears",
     "camels", "llamas", "alpacas", "goats", "sheep", "cows", "pigs", "chickens", "ducks",
@@ -236,6 +239,7 @@ CHAT_SUBJECTS = (
     "Egypt", "India", "Canada", "Australia", "Mexico", "Norway", "Italy", "Spain", "China",
     "Peru", "Morocco", "New Zealand",
 )
+CHAT_SUBJECTS = FIRST_CHAT_SUBJECTS + FOURTH_SLICE_CHAT_SUBJECTS
 RESERVED_SUBJECTS = ("dinosaurs", "the ocean", "the Sun", "chocolate", "airplanes",
                      "the brain", "mountains", "elephants")
 CHAT_TEMPLATES = (

@@ -39,8 +39,7 @@ def test_the_fourth_slice_comes_from_installed_packages(monkeypatch: pytest.Monk
     code = [p for p in rows if p.kind != "chat"]
     assert sum(p.id in third_party for p in code) >= 0.99 * len(code)
     chat = {p.text for p in rows if p.kind == "chat"}
-    old_subjects = P.CHAT_SUBJECTS[:P.CHAT_SUBJECTS.index("silk") + 1]  # before the fourth slice
-    assert not any(t.format(s=s) in chat for t in P.CHAT_TEMPLATES for s in old_subjects)
+    assert not any(t.format(s=s) in chat for t in P.CHAT_TEMPLATES for s in P.FIRST_CHAT_SUBJECTS)
 
 
 def test_extending_keeps_every_row_in_place(tmp_path: Path) -> None:
