@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 
+from engines.capabilities import ALL, Capabilities
 from engines.events import GenerationEvent
 from engines.request import GenerationRequest
 from engines.stats import EngineStats
@@ -65,6 +66,11 @@ class Engine(ABC):
     @abstractmethod
     def is_up(self) -> bool:
         """True once started and while able to serve."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The request fields this engine cannot serve (``engines/capabilities.py``)."""
+        return ALL
 
     @property
     def restartable(self) -> bool:

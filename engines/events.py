@@ -58,10 +58,12 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The engine gave up on the request; ``message`` is safe to show a client."""
+    """The engine gave up on the request; ``message`` is safe to show a client.
+    ``engine_died``: the engine itself failed while serving it (and is restarted)."""
 
     message: str
     retryable: bool = False
+    engine_died: bool = False
 
 
 GenerationEvent = TextDelta | Finished | Failed

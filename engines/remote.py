@@ -25,6 +25,7 @@ import httpx
 from httpx_sse import EventSource
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
+from engines.capabilities import Capabilities, for_method
 from engines.events import (
     Failed,
     Finished,
@@ -50,6 +51,8 @@ class RemoteVllmEngine(Engine):
         self.client = client
         self.model = model
         self.speculative = speculative
+        # A remote vLLM server refuses what an in-process one of its method would.
+        self._capabilities = for_method("remote" if speculative else None)
         self.poll_interval_s = poll_interval_s
         self.start_timeout_s = start_timeout_s
         self.metrics = RemoteMetrics()
@@ -57,6 +60,10 @@ class RemoteVllmEngine(Engine):
         self._poller: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
 
     @property
     def is_up(self) -> bool:

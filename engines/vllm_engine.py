@@ -16,6 +16,7 @@ from contextlib import aclosing, contextmanager
 from typing import Any
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
+from engines.capabilities import Capabilities, for_method
 from engines.events import Failed, Finished, GenerationEvent, TextDelta
 from engines.request import GenerationRequest
 from engines.spec import EngineSpec
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 
 # While an abandoned start's constructor runs on, how often its new processes are ended.
 ABANDON_POLL_S = 0.5
+# vLLM 0.32's CPU build applies a top-k-only mask with ``k.max()``, which fails on the
+# empty batch its rejection sampler passes when a step drafted nothing, killing the
+# engine core. A top-p this close to 1 sends top-k down the sorting path instead and
+# drops at most a millionth of probability mass.
+TOP_K_GUARD_TOP_P = 1.0 - 1e-6
 
 
 class VllmEngine(Engine):
@@ -41,6 +47,12 @@ class VllmEngine(Engine):
         self._closed = False
         self.startup_seconds: float | None = None
         self._abandoned: asyncio.Task[None] | None = None
+        self._capabilities = for_method((spec.speculative_config or {}).get("method"))
+        self._top_k_guard = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
 
     @property
     def in_flight(self) -> int:
@@ -104,6 +116,7 @@ class VllmEngine(Engine):
                 raise
         self.startup_seconds = time.monotonic() - began
         self._closed = False
+        self._top_k_guard = s.is_speculative and cpu_build_installed()
 
     async def _abandon(self, constructing: asyncio.Future[Any], before: set[int]) -> None:
         while not constructing.done():
@@ -145,11 +158,11 @@ class VllmEngine(Engine):
                                     logprobs=logprobs_from_vllm(
                                         ids, c.logprobs, request.sampling.logprobs or 0),
                                     finish_reason=c.finish_reason)
-                except (EngineDeadError, EngineGenerateError):
+                except (EngineDeadError, EngineGenerateError) as e:
                     log.exception("engine %s failed request %s", self.mode, request.request_id)
                     done = True
                     yield Failed(f"the {self.mode!r} engine failed while serving the request",
-                                 retryable=True)
+                                 retryable=True, engine_died=isinstance(e, EngineDeadError))
                     return
                 except (ValueError, VLLMClientError) as e:  # request validation
                     done = True
@@ -165,9 +178,12 @@ class VllmEngine(Engine):
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         o = request.sampling
+        top_p = o.top_p
+        if self._top_k_guard and o.top_k > 0 and o.temperature > 0 and top_p == 1.0:
+            top_p = TOP_K_GUARD_TOP_P
         try:
             return SamplingParams(
-                n=o.n, temperature=o.temperature, top_p=o.top_p, seed=o.seed,
+                n=o.n, temperature=o.temperature, top_p=top_p, seed=o.seed,
                 stop=list(o.stop) or None, max_tokens=o.max_tokens,
                 presence_penalty=o.presence_penalty,
                 frequency_penalty=o.frequency_penalty, logprobs=o.logprobs,

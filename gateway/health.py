@@ -21,6 +21,10 @@ async def ready(runtime: RuntimeDep) -> JSONResponse:
     """200 only when every configured engine is up and the gateway is not shutting
     down (a load balancer then stops sending it new requests); the body says why not."""
     engines = {name: engine.stats().report() for name, engine in runtime.engines.items()}
+    held = runtime.containment.held()
+    for name, report in engines.items():
+        # Kinds of request kept off this engine since one of them stopped it.
+        report["held_off"] = held.get(name, [])
     state = runtime.state
     # A store outage degrades learning, not serving: it shows here but keeps 200.
     store = {"up": state.store_up, "backend": type(state.store).__name__,

@@ -31,8 +31,11 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
                 modes: Mapping[str, ModeLoad], *,
                 prompt_tokens: int, max_tokens: int | None, workload_class: str, now: float,
                 in_flight: Mapping[str, Mapping[str, int]],
-                explore_draw: float) -> tuple[DecisionInput, Decision]:
-    """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does."""
+                explore_draw: float, narrowed: bool = False) -> tuple[DecisionInput, Decision]:
+    """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does.
+
+    ``narrowed``: ``modes`` leaves out modes that cannot serve this request, so its
+    winner is no winner for its class or device group and is not remembered as one."""
     modes = with_in_flight(modes, in_flight)
     memory_s = policy_batch_memory(policy)
     also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
@@ -54,6 +57,8 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         batches[load.gpu_group] += load.batch_size
     for group, batch in batches.items():
         memory.note_batch(group, batch, now, memory_s)
+    if narrowed:
+        return inputs, decision
     if decision.kind is not DecisionKind.EXPLORE:  # an exploration is not a new incumbent
         memory.remember(workload_class, decision.mode)
     if decision.leader is not None and decision.leader in modes:

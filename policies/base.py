@@ -182,11 +182,18 @@ class Decision:
     # HOLD beyond the margin: the switch to ``leader`` waits for its lead to pay for
     # the drain (``AdaptivePolicy._defer``).
     deferred: bool = False
+    # A request field some modes cannot serve: the choice was made among the others.
+    narrowed: str = ""
 
     @property
     def reason(self) -> str:
         """The ``x-spec-decision`` header: ``override``, ``rule:batch>32``,
-        ``cost:ngram +27%``, ``hold:eagle3 -5%``, ``explore:dflash``, ``move:eagle3``."""
+        ``cost:ngram +27%``, ``hold:eagle3 -5%``, ``explore:dflash``, ``move:eagle3``;
+        `` needs:min_p`` after it when that field ruled some modes out."""
+        reason = self._reason()
+        return f"{reason} needs:{self.narrowed}" if self.narrowed else reason
+
+    def _reason(self) -> str:
         kind = self.kind
         if kind is DecisionKind.OVERRIDE:
             return kind.value

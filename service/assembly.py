@@ -70,7 +70,8 @@ def build_runtime(settings: Settings, *, components: Components | None = None,
                    engine_start_timeout_s=settings.engine_start_timeout_s,
                    final_sync_s=final_sync_s(settings),
                    move_min_remaining_tokens=settings.move_min_remaining_tokens
-                   if settings.move_in_flight else None)
+                   if settings.move_in_flight else None,
+                   fault_hold_s=settings.engine_fault_hold_s)
 
 
 def final_sync_s(settings: Settings) -> float:

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
-from engines.events import Finished, GenerationEvent, TextDelta
+from engines.capabilities import needs as needs_of
+from engines.events import Failed, Finished, GenerationEvent, TextDelta
 from engines.request import GenerationRequest
 from policies.assemble import decide_auto
 from policies.base import (
@@ -33,6 +34,7 @@ from policies.moves import cost_is_measured, served_before_move
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from service.admission import Admission, Ticket, queue_full
+from service.containment import Containment
 from service.errors import EngineFailed, InvalidRequest, ServiceError, Unavailable
 from service.moves import Move, Mover, can_move, continuation
 from service.pump import EventPump, Idle, Interrupted
@@ -67,6 +69,7 @@ class Routing:
     workload_class: str
     forced: bool
     decided_at: float = 0.0              # time.monotonic() when the mode was chosen
+    needs: frozenset[str] = frozenset()  # what the request asks of an engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ class OpenStream:
     reopen: Reopen | None = None
     on_moved: Callable[[Move], None] | None = None
     on_closed: Callable[[OpenStream], None] | None = None
+    on_engine_died: Callable[[str, frozenset[str]], None] | None = None
     generated: list[int] = field(default_factory=list)
     moves: int = 0
     _first_taken: bool = False
@@ -199,6 +203,9 @@ class OpenStream:
                 self.first_token_at = now
             if self.request is not None:
                 self.generated.extend(event.token_ids)
+        elif isinstance(event, Failed):
+            if event.engine_died and self.on_engine_died is not None:
+                self.on_engine_died(self.mode, self.routing.needs)
         elif isinstance(event, Finished):
             start = self.routing.decided_at
             first = self.first_token_at - start if self.first_token_at is not None else None
@@ -225,8 +232,10 @@ class Dispatcher:
                  observers: list[CompletionObserver] | None = None,
                  decision_observers: list[Callable[[Routing], None]] | None = None,
                  admission: Admission | None = None, mover: Mover | None = None,
-                 move_observers: list[Callable[[Move], None]] | None = None) -> None:
+                 move_observers: list[Callable[[Move], None]] | None = None,
+                 containment: Containment | None = None) -> None:
         self.engines = engines
+        self.containment = containment or Containment()
         self.admission = admission or Admission()
         self.observers: list[CompletionObserver] = [self._learn, *(observers or [])]
         self.decision_observers = list(decision_observers or [])
@@ -255,7 +264,8 @@ class Dispatcher:
                     first_wait_s: float = 0.0) -> OpenStream:
         """Choose the mode, admit the request to it and open its stream (``open``)."""
         routing = self.decide(hints.forced, len(request.prompt_token_ids), requested_max_tokens,
-                              hints.workload_class, request.request_id)
+                              hints.workload_class, request.request_id,
+                              needs=needs_of(request.sampling))
         return await self.open(routing, request, deadline=deadline, first_wait_s=first_wait_s)
 
     def _forced_mode(self, header: str | None) -> str | None:
@@ -282,13 +292,30 @@ class Dispatcher:
         mix each device group serves, which the policy prices modes on."""
         return self.admission.in_flight_by_class()
 
+    def refusal(self, mode: str, needs: frozenset[str]) -> tuple[str, str] | None:
+        """(field, reason) when ``mode`` cannot serve a request with ``needs``: its
+        engine's capabilities, or a kind of request that stopped it lately."""
+        if not needs:
+            return None
+        return (self.engines[mode].capabilities.refusal(needs)
+                or self.containment.refusal(mode, needs))
+
     def decide(self, override: str | None, prompt_tokens: int, max_tokens: int | None,
-               requested_class: str | None, request_id: str = "") -> Routing:
+               requested_class: str | None, request_id: str = "", *,
+               needs: frozenset[str] = frozenset()) -> Routing:
         """Choose a mode; ``open`` must follow with no ``await`` in between, so that the
         room admission saw here is still there when it admits the request."""
         admission = self.admission
         admission.check_open()
         loads = self.loads()
+        refused = {name: r for name in loads if (r := self.refusal(name, needs)) is not None}
+        if refused and override is not None and override in refused:
+            raise _cannot_serve(override, refused[override], sorted(set(loads) - set(refused)))
+        if refused and override is None:
+            if len(refused) == len(loads):
+                field, reason = refused[min(refused)]
+                raise InvalidRequest(f"no mode of this server can serve '{field}' "
+                                     f"({reason})", param=field, code="unsupported_parameter")
         now = self.clock()
         state = self.state
         cls = state.workload_class(requested_class)
@@ -304,23 +331,30 @@ class Dispatcher:
             # Auto traffic goes where there is room; a full mode's batch still counts.
             full = {name for name, load in loads.items()
                     if load.up and not admission.has_room(name)}
-            loads = {name: replace(load, has_room=False) if name in full else load
+            # A mode that cannot serve the request is out of the choice, but its batch
+            # still weighs on the device it shares, as a full mode's does.
+            loads = {name: replace(load, has_room=False)
+                     if name in full or name in refused else load
                      for name, load in loads.items()}
             try:
                 inputs, decision = decide_auto(
                     self.policy, state, self.memory, loads, prompt_tokens=prompt_tokens,
                     max_tokens=max_tokens, workload_class=cls, now=now,
-                    in_flight=self.in_flight(), explore_draw=self.rng.random())
+                    in_flight=self.in_flight(),
+                    explore_draw=self.rng.random(), narrowed=bool(refused))
             except NoModeAvailable as e:
                 if full:
                     raise queue_full(admission.per_mode) from e
                 raise Unavailable("no decoding engine is available right now; retry later",
                                   code="no_engine_available") from e
             acceptance = inputs.acceptance
+            if refused:
+                decision = replace(decision, narrowed=min(
+                    field for field, _ in refused.values()))
         state.log_decision(AuditEntry(request_id, now, cls, prompt_tokens, max_tokens,
                                       decision, loads, acceptance))
         routing = Routing(decision, cls, forced=override is not None,
-                          decided_at=time.monotonic())
+                          decided_at=time.monotonic(), needs=needs)
         for observer in self.decision_observers:
             observer(routing)
         return routing
@@ -340,9 +374,11 @@ class Dispatcher:
             ticket.release()
             raise
         ticket.on_interrupt = pump.interrupt
-        stream = OpenStream(routing, pump, ticket, self._completed)
+        stream = OpenStream(routing, pump, ticket, self._completed,
+                            on_engine_died=self.containment.engine_died)
         movable = self.mover is not None and not routing.forced
-        if movable and routing.decision.kind is DecisionKind.COST:
+        if movable and routing.decision.kind is DecisionKind.COST \
+                and not routing.decision.narrowed:
             self._move_group_to(mode)
         try:
             first = await pump.next(first_wait_s)
@@ -354,6 +390,8 @@ class Dispatcher:
             raise
         if not isinstance(first, Idle):
             stream.first = first
+            if isinstance(first, Failed) and first.engine_died:
+                self.containment.engine_died(mode, routing.needs)
         # Movable only from here: until now its events were read from the pump directly,
         # where a move's interruption would have ended the request. An exploration is
         # there to be measured where it runs: it stays.
@@ -376,7 +414,7 @@ class Dispatcher:
             source = stream.mode
             if source not in measured:
                 measured[source] = cost_is_measured(self._load(source, self.engines[source]))
-            if not measured[source]:
+            if not measured[source] or self.refusal(target, stream.routing.needs):
                 continue
             ticket = self.admission.reserve_move(target, stream.routing.workload_class)
             if ticket is None:
@@ -450,6 +488,14 @@ def _workload_class(value: str | None, param: str) -> str | None:
         raise InvalidRequest(f"{param} must be 1-64 characters of letters, digits and _.:-",
                              param=param, code="invalid_workload_class")
     return value
+
+
+def _cannot_serve(mode: str, refusal: tuple[str, str], able: list[str]) -> InvalidRequest:
+    field, reason = refusal
+    others = (f"modes that can: {', '.join(['auto', *able])}" if able
+              else "no mode of this server can")
+    return InvalidRequest(f"x-spec-mode {mode!r} cannot serve '{field}': {reason}; {others}",
+                          param=field, code="unsupported_parameter")
 
 
 def _open_error(e: Exception, mode: str) -> ServiceError:

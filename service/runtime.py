@@ -22,6 +22,7 @@ from policies.bounded import bounded, stop_tasks
 from policies.shared_state import SharedPolicyState
 from policies.store.base import PolicyStore, ReplicaLoad, StoreUnavailable
 from service.admission import Admission, shutting_down
+from service.containment import Containment
 from service.dispatch import CompletionObserver, Dispatcher, ModeInfo, Routing
 from service.drain import Drain
 from service.errors import Unavailable
@@ -61,7 +62,8 @@ class Runtime:
                  admission: Admission | None = None, request_timeout_s: float = 0.0,
                  keepalive_s: float = 0.0, drain_timeout_s: float = 0.0,
                  final_sync_s: float = 2.0, engine_start_timeout_s: float = 0.0,
-                 move_min_remaining_tokens: int | None = None) -> None:
+                 move_min_remaining_tokens: int | None = None,
+                 fault_hold_s: float = 600.0) -> None:
         self.model_name = model_name
         self.state = state
         self.store = store
@@ -69,6 +71,7 @@ class Runtime:
         self.engine_start_timeout_s = engine_start_timeout_s
         # None: requests in flight stay where they started (service/moves.py).
         self.move_min_remaining_tokens = move_min_remaining_tokens
+        self.containment = Containment(fault_hold_s)
         self._tasks: list[asyncio.Task[None]] = []
         self.created = int(time.time())
         self.policy = policy
@@ -157,7 +160,8 @@ class Runtime:
                                     components.mode_info, observers=self.completion_observers,
                                     decision_observers=self.decision_observers,
                                     admission=self.admission, mover=self._mover(components),
-                                    move_observers=self.move_observers)
+                                    move_observers=self.move_observers,
+                                    containment=self.containment)
             self.state.load_provider = lambda: self.replica_load(dispatcher)
             self._serving = Serving(dispatcher, self.model_name, limits, components.tokenizer)
             # One at a time: each vLLM engine sizes itself against the memory

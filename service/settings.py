@@ -197,6 +197,10 @@ class Settings(BaseSettings):
                                  "engine from their text (docs/policy.md, 'Moves')")
     move_min_remaining_tokens: int = Field(32, ge=1, description="a request with fewer "
                                            "tokens left to generate finishes where it is")
+    engine_fault_hold_s: float = Field(
+        600.0, ge=0.0, description="when an engine dies serving requests, requests with "
+        "the same sampling fields are kept off it this long (routed elsewhere, or a 400 "
+        "when forced); 0 = never")
     replica_id: str | None = Field(None, description="this replica's name in the shared "
                                                      "store; absent = host-pid")
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
+from engines.capabilities import Capabilities, for_method, needs
 from engines.events import (
     Failed,
     Finished,
@@ -71,6 +72,13 @@ class FakeEngine(Engine):
         self.served: list[GenerationRequest] = []
         self._spec = SpecDecodeCounters()
         self._batches: set[int] = set()     # batch sizes it has decoded at (its profile)
+        # A request that asks for all of these fields kills the engine (as one top_k
+        # request killed vLLM 0.32's CPU speculative engines).
+        self.killed_by: frozenset[str] | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return for_method("fake" if self.speculative else None)
 
     @property
     def is_up(self) -> bool:
@@ -113,6 +121,10 @@ class FakeEngine(Engine):
         if request.sampling.temperature > 2:
             raise InvalidGenerationRequest("temperature must be at most 2")
         self.served.append(request)
+        if self.killed_by is not None and self.killed_by <= needs(request.sampling):
+            self.die()
+            yield Failed(f"the {self.mode!r} engine failed", retryable=True, engine_died=True)
+            return
         self.running.add(request.request_id)
         completion = 0
         done = False

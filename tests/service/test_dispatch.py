@@ -130,3 +130,62 @@ async def test_the_policy_sees_each_engines_k_table() -> None:
     assert seen["eagle3"].k_schedule == table
     assert seen["eagle3"].draft_length(8) == 0
     assert seen["dflash"].k_schedule == () and seen["dflash"].draft_length(8) == 4
+
+
+async def test_a_forced_mode_that_cannot_serve_a_field_is_a_400_naming_it_and_who_can() -> None:
+    dispatcher = await started_dispatcher()
+    request = GenerationRequest("r-1", (1, 2, 3),
+                                SamplingOptions(max_tokens=5, temperature=0.5, min_p=0.1))
+    with pytest.raises(InvalidRequest) as e:
+        await dispatcher.route(RouteHints("eagle3", None), request, requested_max_tokens=5)
+    assert e.value.param == "min_p" and e.value.code == "unsupported_parameter"
+    assert "x-spec-mode 'eagle3' cannot serve 'min_p'" in e.value.message
+    assert "modes that can: auto, standard" in e.value.message
+    stream = await dispatcher.route(RouteHints("standard", None), request,
+                                    requested_max_tokens=5)
+    assert stream.mode == "standard"
+    await stream.aclose()
+
+
+async def test_auto_only_weighs_modes_that_can_serve_and_says_so() -> None:
+    dispatcher = await started_dispatcher()
+    for i in range(20):
+        request = GenerationRequest(f"r-{i}", (1, 2, 3), SamplingOptions(
+            max_tokens=5, temperature=0.5, logit_bias=((7, 1.0),)))
+        stream = await dispatcher.route(RouteHints(None, None), request, requested_max_tokens=5)
+        assert stream.mode == "standard"
+        assert stream.routing.decision.reason.endswith(" needs:logit_bias")
+        await stream.aclose()
+    plain = GenerationRequest("p", (1, 2, 3), SamplingOptions(max_tokens=5, temperature=0.0))
+    stream = await dispatcher.route(RouteHints(None, None), plain, requested_max_tokens=5)
+    assert "needs:" not in stream.routing.decision.reason
+    await stream.aclose()
+
+
+async def test_a_request_that_killed_an_engine_is_kept_off_it_while_others_still_go() -> None:
+    engines = fake_engines()
+    for engine in engines.values():
+        await engine.start()
+    engines["dflash"].killed_by = frozenset({"top_k"})
+    dispatcher = Dispatcher(engines, RecordingPolicy(), SharedPolicyState(MemoryStore(), "r"),
+                            FAKE_MODE_INFO)
+    killer = GenerationRequest("k", (1, 2, 3),
+                               SamplingOptions(max_tokens=5, temperature=0.8, top_k=5))
+    stream = await dispatcher.route(RouteHints("dflash", None), killer, requested_max_tokens=5)
+    assert stream.first is not None and getattr(stream.first, "engine_died", False)
+    await stream.aclose()
+    await engines["dflash"].start()                   # the supervisor brought it back
+    with pytest.raises(InvalidRequest) as e:          # forced there again: refused
+        await dispatcher.route(RouteHints("dflash", None), replace(killer, request_id="k2"),
+                               requested_max_tokens=5)
+    assert e.value.param == "top_k" and "stopped this engine" in e.value.message
+    for i in range(10):                               # auto never sends it there
+        stream = await dispatcher.route(RouteHints(None, None),
+                                        replace(killer, request_id=f"a{i}"),
+                                        requested_max_tokens=5)
+        assert stream.mode != "dflash"
+        await stream.aclose()
+    plain = GenerationRequest("p", (1, 2, 3), SamplingOptions(max_tokens=5, temperature=0.0))
+    stream = await dispatcher.route(RouteHints("dflash", None), plain, requested_max_tokens=5)
+    assert stream.mode == "dflash" and engines["dflash"].is_up
+    await stream.aclose()
