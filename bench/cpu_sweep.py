@@ -226,7 +226,7 @@ def round_ratios(cells: list[Cell]) -> dict[tuple[str, int], list[float]]:
     """auto over the best forced mode within each round, per (workload, concurrency):
     a round's five blocks run back to back, so the spread of these is how far one
     cell's figure moves with the machine alone. Empty where the cells do not carry
-    their rounds (sweeps written before stop 37)."""
+    their rounds (sweeps written before the rounds were kept)."""
     out = {}
     for key in {(c.workload, c.concurrency) for c in cells}:
         group = {c.policy: c.rounds for c in cells if (c.workload, c.concurrency) == key}

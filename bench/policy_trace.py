@@ -4,10 +4,11 @@ The CPU sweep (``bench/cpu_sweep.py``) says how fast each mode ran; this says wh
 ``auto`` chose what it did. It runs the chosen cells the way the sweep does (rounds in
 alternating order, each cell once every engine is idle) against a gateway started
 with an admin key, and after each cell reads ``GET /admin/policy``: every engine's
-step profile and live mean accepted length, and what is learned per class. Two
-findings in docs/policy.md came from it: n-gram's step at one batch costs more on
-copy-heavy prompts than on free text ("Known limitation"), and a burst whose leader
-changes as it arrives (docs/results/REPORT.md, code at c = 4).
+step profile and live mean accepted length, and what is learned per class. Findings
+in docs/policy.md came from it: n-gram's step at one batch costs more on copy-heavy
+prompts than on free text ("N-gram's step depends on the class"), and a drafter
+measured only alone looked too cheap at a larger batch ("Steps the profile has not
+measured").
 
     .venv/bin/python -m bench.policy_trace --workloads free,copy --policies ngram,standard \\
         --concurrency 4,16 --rounds 2

@@ -54,7 +54,7 @@ def http_server(app: Any, settings: Settings) -> DrainingServer:
     # loop "asyncio", not uvicorn's default uvloop: with uvloop, streams from the vLLM
     # CPU engines reached clients in one burst at their end in about a third of requests
     # (measured on 2 cores: the chunks handed to uvicorn 0.24 s in, read by the client
-    # at 4.8 s, with the rest); on the asyncio loop none did (stop 20 closing note).
+    # at 4.8 s, with the rest); on the asyncio loop none did.
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             log_level=settings.log_level, access_log=False,
                             timeout_keep_alive=settings.idle_connection_timeout_s,

@@ -177,8 +177,8 @@ EAGLE3_K3 = ModeSpec("eagle3_chain3", "eagle3", depth=7, width=1, verify=4,
                      family="eagle3_10", fixed_k=3)
 
 STATIC_MODES: tuple[ModeSpec, ...] = (PLAIN, EAGLE3_10, EAGLE3_60, DFLASH_10, EAGLE3_K3)
-# SpecGate on one GPU: every static mode as an engine with an equal memory share (the
-# chain K = 3 since stop 20: docs/simulator.md, "vLLM's chain EAGLE-3").
+# SpecGate on one GPU: every static mode as an engine with an equal memory share, the
+# chain K = 3 included (docs/simulator.md, "vLLM's chain EAGLE-3").
 AUTO_MODES: tuple[ModeSpec, ...] = STATIC_MODES
 
 

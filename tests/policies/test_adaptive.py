@@ -346,7 +346,7 @@ def test_a_small_busy_group_follows_its_requests_when_the_recent_mix_has_drifted
     """The recent mix lags: it remembers minutes of math-heavy traffic, while the three
     requests in flight and the one arriving are chat, which gains nothing on a drafter.
     The group is priced on them: plain decoding leads. With the recent mix weighted as
-    eight requests (the default before stop 32) the old math traffic outvotes them and
+    eight requests (four times the default) the old math traffic outvotes them and
     DFlash leads by a quarter: the simulator's mixed run held a falling load at four
     requests on the wrong mode that way."""
     classes = math_and_chat()
@@ -435,12 +435,11 @@ def test_a_batch_waits_through_its_prefills_so_a_costly_prefill_loses_at_batch()
 
 
 def test_an_unmeasured_prefill_is_priced_from_the_measured_ones_not_this_prompt() -> None:
-    """Stop 31: plain decoding had not yet timed a prefill beside running decodes, so its
-    batch's prefills were priced at this request's prompt length while EAGLE-3's were its
-    measured mean. A short prompt then sent the group one way and a long one the other,
-    and the lead flickered with every arrival (the simulator's mixed run at c = 128).
-    Priced from what the measured engine implies, the decision no longer turns on the
-    prompt's length."""
+    """Plain decoding may not yet have timed a prefill beside running decodes. Priced at
+    this request's prompt length while EAGLE-3's are its measured mean, a short prompt
+    sent the group one way and a long one the other, and the lead flickered with every
+    arrival (the simulator's mixed run at c = 128). Priced from what the measured engine
+    implies, the decision no longer turns on the prompt's length."""
     plain = ((1, 0.055, 100), (4, 0.061, 100))
     eagle = ((1, 0.080, 100), (4, 0.100, 100))
     settings = AdaptiveSettings(enabled_modes=["standard", "eagle3"], exploration_share=0.0)
@@ -464,7 +463,7 @@ def test_an_unmeasured_prefill_is_priced_from_the_measured_ones_not_this_prompt(
 def test_a_group_that_emptied_between_waves_is_priced_at_the_wave_it_held() -> None:
     """Closed-loop clients finish together and send again within milliseconds: the next
     wave's first request finds every engine empty. Priced as alone, it went to a
-    speculative mode that the rest of the wave then had to leave (stop 31's CPU sweep,
+    speculative mode that the rest of the wave then had to leave (the real CPU sweep,
     four and eight concurrent requests). Priced at the group's recent batch, it goes
     where the wave will be served best."""
     plain = ((1, 0.050, 100), (4, 0.060, 100), (8, 0.075, 100))

@@ -88,7 +88,7 @@ def idle_plain_and_eagle3() -> dict[str, ModeLoad]:
 
 
 def test_a_burst_is_priced_at_the_requests_already_sent_not_the_lagging_stats() -> None:
-    """Stop 31's CPU sweep: a wave of four requests arrives within a millisecond, before
+    """On the real CPU sweep a wave of four requests arrives within a millisecond, before
     any engine has stepped with the first of them, so each engine's reported batch is
     still 0. Priced that way, the first three each went to EAGLE-3 as if alone on an
     idle device. The requests the dispatcher has open there are the batch."""

@@ -119,7 +119,7 @@ def _measured(mode: str, method: str | None, k: int,
 
 def test_a_drafter_measured_alone_is_priced_at_batch_16_at_this_hardwares_growth() -> None:
     """On a CPU every verified token costs: plain decoding measured 0.059 s at batch 1
-    and 0.086 s at 16 (stop 36's copy-heavy trace), and EAGLE-3 (K = 3), measured only
+    and 0.086 s at 16 (a copy-heavy policy trace), and EAGLE-3 (K = 3), measured only
     alone, stepped 0.29 s at batch 15. The prior's growth per verified token,
     calibrated on plain decoding's measured slope, prices its step at 16 (64 tokens)
     far above its batch-1 step; the prior scaled by one factor read it at 0.12 s."""
@@ -155,7 +155,7 @@ def test_calibrated_on_a_prior_that_fits_the_hardware_nothing_moves() -> None:
 
 
 def test_a_batch_of_copy_prompts_stays_on_ngram_rather_than_a_drafter_measured_alone() -> None:
-    """Stop 36's trace (copy-heavy prompts, 16 clients, 2-core CPU): with 15 requests on
+    """A policy trace (copy-heavy prompts, 16 clients, 2-core CPU): with 15 requests on
     n-gram, auto moved the group to EAGLE-3 (measured only at batch 1) and held it for
     a round at 0.66x n-gram's throughput. Priced along plain decoding's curve, EAGLE-3
     at batch 16 is dearer than n-gram, and n-gram wins on cost alone (no incumbent to
@@ -194,7 +194,7 @@ def _ngram(batch: int = 0) -> ModeLoad:
 
 
 def test_ngram_is_priced_at_the_draft_tokens_of_the_class_it_serves() -> None:
-    """Stop 34's trace: n-gram's step at batch 16 read 0.063 s after free text and
+    """A policy trace: n-gram's step at batch 16 read 0.063 s after free text and
     0.081 s after copy-heavy prompts. Each class is priced at its own drafts."""
     load, cal = _ngram(), Calibration()
     as_measured = step_time(load, 16, SETTINGS, cal)

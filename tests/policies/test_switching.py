@@ -83,7 +83,7 @@ def test_a_switch_waits_until_the_lead_has_paid_for_the_drain() -> None:
 def test_a_lead_far_beyond_the_drain_switches_from_its_first_instant() -> None:
     """A burst arrives at once: the lead it gives has lasted no time, but the requests
     that give it are here and will be served for at least a request's life. Held until
-    the clock ran (stop 31's CPU sweep, this machine: at c = 4 and 8 each wave's first
+    the clock ran (the real CPU sweep on a 2-core machine: at c = 4 and 8 each wave's first
     request, alone on an idle device, went to EAGLE-3 and the seven after it were held
     there 22-62% behind plain decoding, auto 0.67-0.71x of it)."""
     inputs = held_eagle3(FAR)
@@ -148,7 +148,8 @@ def test_a_drain_hold_ends_although_two_leaders_trade_the_lead() -> None:
     """Plain decoding and n-gram level with each other, both far ahead of the held
     EAGLE-3: whichever leads has led only a moment, but the switch has waited for as
     long as the group has deferred it, and that is the lead the drain is paid from
-    (stop 29's CPU sweep held EAGLE-3 20-30% behind for whole cells this way)."""
+    (a clock restarted per leader held EAGLE-3 20-30% behind for whole cells of the
+    real CPU sweep)."""
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
     fresh_leader = replace(held_eagle3(BEYOND), leading_since={"dflash": 99.9})
     held = policy.decide(fresh_leader)
