@@ -27,6 +27,12 @@ SPECULATIVE_REFUSES: Mapping[str, str] = MappingProxyType({
     "min_p": "vLLM's speculative decoding does not apply min_p",
     "logit_bias": "vLLM's speculative decoding does not apply logit_bias",
 })
+# vLLM 0.32's CPU build fails top-k sampling in its rejection sampler (the top-k mask
+# indexes past the vocabulary, or takes the max of an empty batch when a step drafted
+# nothing) and the engine core dies with it.
+CPU_SPECULATIVE_REFUSES: Mapping[str, str] = MappingProxyType({
+    "top_k": "vLLM's speculative decoding on CPU cannot sample with top_k",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,18 +55,23 @@ class Capabilities:
 ALL = Capabilities()
 
 
-def for_method(method: str | None) -> Capabilities:
-    """The capabilities of a vLLM engine running ``method`` (None: plain decoding)."""
-    return ALL if method is None else Capabilities(SPECULATIVE_REFUSES)
+def for_method(method: str | None, *, cpu: bool = False) -> Capabilities:
+    """The capabilities of a vLLM engine running ``method`` (None: plain decoding),
+    on vLLM's CPU build when ``cpu``."""
+    if method is None:
+        return ALL
+    return Capabilities(MappingProxyType(
+        {**SPECULATIVE_REFUSES, **(CPU_SPECULATIVE_REFUSES if cpu else {})}))
 
 
 def needs(s: SamplingOptions) -> frozenset[str]:
     """The fields of ``s`` set to something other than their neutral value."""
+    sampled = s.temperature > 0.0   # greedy decoding ignores top_p, top_k and min_p
     out = {name for name, asked in (
-        ("temperature", s.temperature > 0.0),
-        ("top_p", s.top_p < 1.0),
-        ("top_k", s.top_k > 0),
-        ("min_p", s.min_p > 0.0),
+        ("temperature", sampled),
+        ("top_p", sampled and s.top_p < 1.0),
+        ("top_k", sampled and s.top_k > 0),
+        ("min_p", sampled and s.min_p > 0.0),
         ("seed", s.seed is not None),
         ("n", s.n > 1),
         ("stop", bool(s.stop)),
@@ -74,5 +85,6 @@ def needs(s: SamplingOptions) -> frozenset[str]:
         ("logit_bias", bool(s.logit_bias)),
         ("allowed_token_ids", s.allowed_token_ids is not None),
         ("bad_words", bool(s.bad_words)),
+        ("structured_outputs", s.structured is not None),
     ) if asked}
     return frozenset(out)

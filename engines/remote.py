@@ -36,7 +36,7 @@ from engines.events import (
     TopLogprob,
 )
 from engines.remote_metrics import RemoteMetrics
-from engines.request import GenerationRequest
+from engines.request import GenerationRequest, StructuredOutput
 from engines.stats import EngineStats
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,23 @@ class RemoteVllmEngine(Engine):
             "allowed_token_ids": list(o.allowed_token_ids) if o.allowed_token_ids else None,
             "bad_words": list(o.bad_words) or None, "cache_salt": request.cache_salt}
         body.update({k: v for k, v in extras.items() if v is not None})
+        if o.structured is not None:
+            body["structured_outputs"] = structured_body(o.structured)
         return body
+
+
+def structured_body(c: StructuredOutput) -> dict[str, Any]:
+    """vLLM's ``structured_outputs`` request field for a constraint."""
+    value: Any = True if c.kind == "json_object" else \
+        json.loads(c.spec) if c.kind in ("json", "choice") else c.spec
+    out: dict[str, Any] = {c.kind: value}
+    if c.disable_any_whitespace:
+        out["disable_any_whitespace"] = True
+    if c.disable_additional_properties:
+        out["disable_additional_properties"] = True
+    if c.whitespace_pattern is not None:
+        out["whitespace_pattern"] = c.whitespace_pattern
+    return out
 
 
 def _error_message(text: str) -> str:

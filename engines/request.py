@@ -3,6 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar"]
+
+
+@dataclass(frozen=True, slots=True)
+class StructuredOutput:
+    """An output constraint (vLLM's structured outputs): the engine masks every token
+    that would leave it, drafts included."""
+
+    kind: ConstraintKind
+    # json: the JSON schema as JSON text; choice: the choices as a JSON list; regex and
+    # grammar: the text itself; json_object: empty.
+    spec: str = ""
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +47,7 @@ class SamplingOptions:
     spaces_between_special_tokens: bool = True
     allowed_token_ids: tuple[int, ...] | None = None
     bad_words: tuple[str, ...] = ()
+    structured: StructuredOutput | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ fast test tier runs) without vLLM installed.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import multiprocessing
 import os
@@ -18,7 +19,7 @@ from typing import Any
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.capabilities import Capabilities, for_method
 from engines.events import Failed, Finished, GenerationEvent, TextDelta
-from engines.request import GenerationRequest
+from engines.request import GenerationRequest, StructuredOutput
 from engines.spec import EngineSpec
 from engines.stat_logger import LiveCounters, make_stat_logger_factory
 from engines.stats import EngineStats
@@ -28,11 +29,6 @@ log = logging.getLogger(__name__)
 
 # While an abandoned start's constructor runs on, how often its new processes are ended.
 ABANDON_POLL_S = 0.5
-# vLLM 0.32's CPU build applies a top-k-only mask with ``k.max()``, which fails on the
-# empty batch its rejection sampler passes when a step drafted nothing, killing the
-# engine core. A top-p this close to 1 sends top-k down the sorting path instead and
-# drops at most a millionth of probability mass.
-TOP_K_GUARD_TOP_P = 1.0 - 1e-6
 
 
 class VllmEngine(Engine):
@@ -47,8 +43,8 @@ class VllmEngine(Engine):
         self._closed = False
         self.startup_seconds: float | None = None
         self._abandoned: asyncio.Task[None] | None = None
-        self._capabilities = for_method((spec.speculative_config or {}).get("method"))
-        self._top_k_guard = False
+        self._method: str | None = (spec.speculative_config or {}).get("method")
+        self._capabilities = for_method(self._method)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -116,7 +112,7 @@ class VllmEngine(Engine):
                 raise
         self.startup_seconds = time.monotonic() - began
         self._closed = False
-        self._top_k_guard = s.is_speculative and cpu_build_installed()
+        self._capabilities = for_method(self._method, cpu=cpu_build_installed())
 
     async def _abandon(self, constructing: asyncio.Future[Any], before: set[int]) -> None:
         while not constructing.done():
@@ -175,15 +171,13 @@ class VllmEngine(Engine):
                 await self._llm.abort(request.request_id)
 
     def _sampling_params(self, request: GenerationRequest) -> Any:
+        from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         o = request.sampling
-        top_p = o.top_p
-        if self._top_k_guard and o.top_k > 0 and o.temperature > 0 and top_p == 1.0:
-            top_p = TOP_K_GUARD_TOP_P
         try:
             return SamplingParams(
-                n=o.n, temperature=o.temperature, top_p=top_p, seed=o.seed,
+                n=o.n, temperature=o.temperature, top_p=o.top_p, seed=o.seed,
                 stop=list(o.stop) or None, max_tokens=o.max_tokens,
                 presence_penalty=o.presence_penalty,
                 frequency_penalty=o.frequency_penalty, logprobs=o.logprobs,
@@ -196,8 +190,9 @@ class VllmEngine(Engine):
                 spaces_between_special_tokens=o.spaces_between_special_tokens,
                 allowed_token_ids=list(o.allowed_token_ids) if o.allowed_token_ids else None,
                 bad_words=list(o.bad_words) or None,
+                structured_outputs=_structured(o.structured),
                 output_kind=RequestOutputKind.DELTA)
-        except ValueError as e:
+        except (ValueError, VLLMClientError) as e:
             raise InvalidGenerationRequest(str(e)) from e
 
     async def abort(self, request_id: str) -> None:
@@ -225,6 +220,20 @@ class VllmEngine(Engine):
         if handler is not None:
             handler.cancel()
         await asyncio.to_thread(llm.shutdown)
+
+
+def _structured(c: StructuredOutput | None) -> Any:
+    if c is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    value: Any = True if c.kind == "json_object" else \
+        json.loads(c.spec) if c.kind == "choice" else c.spec
+    kind: dict[str, Any] = {c.kind: value}
+    return StructuredOutputsParams(
+        **kind, disable_any_whitespace=c.disable_any_whitespace,
+        disable_additional_properties=c.disable_additional_properties,
+        whitespace_pattern=c.whitespace_pattern)
 
 
 def _child_pids() -> set[int]:

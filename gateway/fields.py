@@ -139,8 +139,12 @@ FIELDS: Mapping[str, FieldRule] = {
                                      "engines by this gateway", None),
     "thinking_token_budget": _refused("no reasoning parser is configured, so a thinking "
                                       "budget cannot apply", None),
-    "structured_outputs": _refused(_NO_STRUCTURED, None),
-    "response_format": _gateway("only {\"type\": \"text\"}; " + _NO_STRUCTURED),
+    "structured_outputs": _engine("one output constraint (json, regex, choice, grammar, "
+                                  "json_object) with its options, on every mode; "
+                                  "structural_tag is refused"),
+    "response_format": _engine("text, json_object or json_schema (the output matches the "
+                               "schema), on every mode; sets the constraint's kind over "
+                               "structured_outputs, as in vLLM"),
     "vllm_xargs": _refused("no custom logits processors or extensions are installed on the "
                            "engines", None),
     # -- tools and reasoning -----------------------------------------------------------

@@ -5,62 +5,23 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal
 
 from openai.types import CompletionUsage
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    field_validator,
-    model_validator,
+from pydantic import Field, field_validator, model_validator
+
+from engines.request import StructuredOutput
+from gateway.fields import Endpoint, drop_refused
+from gateway.structured import ResponseFormat, StructuredOutputs, constraint
+from gateway.wire_types import (
+    CacheSalt,
+    Name,
+    StopString,
+    Text,
+    TokenId,
+    TokenIdKey,
+    User,
+    WireModel,
 )
 
-from gateway.fields import Endpoint, drop_refused
-
-
-def _valid_unicode(value: str) -> str:
-    # A JSON escape like "\ud800" decodes to a lone surrogate: no tokenizer can
-    # encode it and no UTF-8 response can carry it, so refuse it at the edge.
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode text (it contains an unpaired "
-                         "surrogate escape such as \\ud800)") from None
-    return value
-
-
-_UNICODE = AfterValidator(_valid_unicode)
-# Length bounds go inside the alias, before the Unicode check: declared on the
-# field instead, pydantic reports them as list lengths ("at most 256 items").
-Text = Annotated[str, _UNICODE]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=256), _UNICODE]
-StopString = Name
-User = Annotated[str, StringConstraints(max_length=512), _UNICODE]
-# Token ids are checked against the vocabulary once the tokenizer is known.
-TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
-
-
-def _token_id_key(key: str) -> str:
-    if not (key.isascii() and key.isdigit() and len(key) <= 10) or key != str(int(key)):
-        raise ValueError("keys must be token ids written as decimal strings, like \"50256\"")
-    return key
-
-
-# logit_bias keys: token ids written as JSON object keys, as OpenAI specifies.
-TokenIdKey = Annotated[str, AfterValidator(_token_id_key)]
-# vLLM's limits: at most 128 characters, none of '@', '/', '\\' or NUL.
-CacheSalt = Annotated[str, StringConstraints(min_length=1, max_length=128,
-                                             pattern=r"^[^@/\\\x00]+$"), _UNICODE]
-
-
-class WireModel(BaseModel):
-    """Requests reject unknown arguments and non-finite numbers, like OpenAI does.
-
-    Strict: ``"10"``, ``true`` or ``2.0`` for an integer and ``"true"`` for a
-    boolean are type errors, as in OpenAI's API, not silently converted values.
-    """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+__all__ = ["Name", "SamplingFields", "Text", "User", "WireModel", "usage"]
 
 
 class StreamOptions(WireModel):
@@ -68,18 +29,6 @@ class StreamOptions(WireModel):
     # vLLM's: with include_usage, every chunk carries the usage so far.
     continuous_usage_stats: bool | None = False
     include_obfuscation: bool | None = None  # sent by newer SDKs; nothing to obfuscate here
-
-
-class ResponseFormat(WireModel):
-    type: str
-
-    @field_validator("type")
-    @classmethod
-    def _text_only(cls, kind: str) -> str:
-        if kind != "text":
-            raise ValueError("only 'text' is supported: structured output (json_object, "
-                             "json_schema, structural_tag) is not offered by this gateway")
-        return kind
 
 
 class SamplingFields(WireModel):
@@ -104,6 +53,7 @@ class SamplingFields(WireModel):
     user: User | None = None
     metadata: dict[Text, Text] | None = None
     response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
     # vLLM's sampling extras.
     top_k: int | None = Field(None, ge=-1, le=2**31 - 1)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -150,6 +100,9 @@ class SamplingFields(WireModel):
     def continuous_usage(self) -> bool:
         o = self.stream_options
         return bool(o and o.include_usage and o.continuous_usage_stats)
+
+    def constraint(self) -> StructuredOutput | None:
+        return constraint(self.response_format, self.structured_outputs)
 
     def stop_tuple(self) -> tuple[str, ...]:
         if self.stop is None:

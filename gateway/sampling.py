@@ -42,6 +42,9 @@ def sampling_options(wire: SamplingFields, *, max_tokens: int, n: int,
     check_token_ids((t for t, _ in bias), vocab_size, "logit_bias")
     check_token_ids(wire.stop_token_ids or (), vocab_size, "stop_token_ids")
     check_token_ids(wire.allowed_token_ids or (), vocab_size, "allowed_token_ids")
+    if n > 1 and wire.temperature == 0:
+        raise InvalidRequest(f"n must be 1 when temperature is 0 (greedy decoding gives one "
+                             f"answer), got {n}", param="n")
     if wire.min_tokens > max_tokens:
         raise InvalidRequest(f"min_tokens ({wire.min_tokens}) must be at most max_tokens "
                           f"({max_tokens})", param="min_tokens")
@@ -59,4 +62,4 @@ def sampling_options(wire: SamplingFields, *, max_tokens: int, n: int,
         skip_special_tokens=wire.skip_special_tokens,
         spaces_between_special_tokens=wire.spaces_between_special_tokens,
         allowed_token_ids=tuple(wire.allowed_token_ids) if wire.allowed_token_ids else None,
-        bad_words=tuple(wire.bad_words or ()))
+        bad_words=tuple(wire.bad_words or ()), structured=wire.constraint())

@@ -17,7 +17,8 @@ Only a request whose continuation is the same request can move: one choice
 (``n = 1``), no seed (a seeded stream cannot be resumed at a position), no
 presence or frequency penalty (the new engine would count the moved tokens as
 prompt, not output), no stop strings (one could straddle the seam, and the new
-engine only searches its own output), no prompt logprobs; forced modes never
+engine only searches its own output), no output constraint (the grammar's state at
+the seam would be lost), no prompt logprobs; forced modes never
 move (the caller asked for that engine), and neither does a request with fewer
 than ``min_remaining_tokens`` left, where a prefill costs more than it saves.
 """
@@ -54,7 +55,7 @@ MoveObserver = Callable[[Move], None]
 def can_move(request: GenerationRequest) -> bool:
     s = request.sampling
     return (s.n == 1 and s.seed is None and not s.stop and s.presence_penalty == 0.0
-            and s.frequency_penalty == 0.0)
+            and s.frequency_penalty == 0.0 and s.structured is None)
 
 
 def continuation(request: GenerationRequest, generated: list[int],

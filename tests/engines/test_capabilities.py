@@ -18,9 +18,12 @@ def test_a_request_needs_only_the_fields_it_sets_away_from_neutral() -> None:
         "temperature", "top_k", "min_p", "seed", "n", "logprobs", "stop", "min_tokens",
         "ignore_eos", "logit_bias", "repetition_penalty", "presence_penalty",
         "frequency_penalty", "top_p", "stop_token_ids", "allowed_token_ids", "bad_words"}
-    # Neutral values ask for nothing: top_k 0 / -1 disable it, penalty 1 is neutral.
-    assert needs(SamplingOptions(max_tokens=8, temperature=0.0, top_k=-1,
-                                 repetition_penalty=1.0, min_p=0.0)) == frozenset()
+    # Neutral values ask for nothing: top_k 0 / -1 disable it, penalty 1 is neutral;
+    # greedy decoding ignores top_k, top_p and min_p, as vLLM does.
+    assert needs(SamplingOptions(max_tokens=8, temperature=1.0, top_k=-1,
+                                 repetition_penalty=1.0, min_p=0.0)) == {"temperature"}
+    assert needs(SamplingOptions(max_tokens=8, temperature=0.0, top_k=5, top_p=0.5,
+                                 min_p=0.2)) == frozenset()
 
 
 def test_speculative_methods_refuse_what_vllm_refuses_and_plain_decoding_nothing() -> None:
@@ -30,3 +33,6 @@ def test_speculative_methods_refuse_what_vllm_refuses_and_plain_decoding_nothing
         assert caps.refusal(frozenset({"temperature", "min_p"}))[0] == "min_p"  # type: ignore[index]
         assert caps.refusal(frozenset({"logit_bias", "seed"}))[0] == "logit_bias"  # type: ignore[index]
         assert caps.serves(frozenset({"top_k", "temperature", "seed", "logprobs", "n"}))
+        on_cpu = for_method(method, cpu=True)
+        assert on_cpu.refusal(frozenset({"top_k", "temperature"}))[0] == "top_k"  # type: ignore[index]
+    assert for_method(None, cpu=True).serves(frozenset({"top_k", "min_p", "logit_bias"}))

@@ -55,8 +55,10 @@ async def test_spec_mode_garbage_is_not_echoed_raw(gateway: FakeGateway) -> None
     ({"model": MODEL, "messages": OK_MESSAGES, "top_logprobs": 3}, None),
     ({"model": MODEL, "messages": OK_MESSAGES, "stream_options": {"include_usage": True}}, None),
     ({"model": MODEL, "messages": OK_MESSAGES, "tools": [{"type": "function"}]}, "tools"),
-    ({"model": MODEL, "messages": OK_MESSAGES, "response_format": {"type": "json_object"}},
+    ({"model": MODEL, "messages": OK_MESSAGES, "response_format": {"type": "xml"}},
      "response_format.type"),
+    ({"model": MODEL, "messages": OK_MESSAGES, "response_format": {"type": "json_schema"}},
+     "response_format"),
 ])
 async def test_invalid_chat_requests(gateway: FakeGateway, body: dict, param: str | None) -> None:
     r = await gateway.client.post("/v1/chat/completions", json=body)

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from engines.capabilities import SPECULATIVE_REFUSES
+from engines.capabilities import for_method
 from tests.real.conftest import RealGateway
 
 MODES = ("standard", "ngram", "eagle3", "dflash", "auto")
@@ -54,12 +54,18 @@ COMBOS: dict[str, dict[str, Any]] = {
 CASES = {**ALONE, **COMBOS}
 
 
-def refused_field(mode: str, body: dict[str, Any]) -> str | None:
-    """The field the declared capabilities refuse on ``mode`` (None: it serves it)."""
+def refused_field(mode: str, body: dict[str, Any], temperature: float) -> str | None:
+    """The field refused on ``mode`` (None: it serves it): greedy decoding has one
+    answer (n > 1 is vLLM's 400), and the declared capabilities."""
+    if body.get("n", 1) > 1 and temperature == 0:
+        return "n"
     if mode not in SPECULATIVE:
         return None
-    hits = sorted(f for f in SPECULATIVE_REFUSES if body.get(f))
-    return hits[0] if hits else None
+    sampled_only = {"top_k", "top_p", "min_p"}   # greedy decoding ignores them
+    asked = frozenset(f for f, v in body.items()
+                      if v and (temperature > 0 or f not in sampled_only))
+    refusal = for_method(mode, cpu=True).refusal(asked)
+    return refusal[0] if refusal else None
 
 
 async def one(c: openai.AsyncOpenAI, model: str, mode: str, case: str, temperature: float,
@@ -71,7 +77,7 @@ async def one(c: openai.AsyncOpenAI, model: str, mode: str, case: str, temperatu
                           "presence_penalty", "frequency_penalty", "logit_bias")}
     std = {k: v for k, v in body.items() if k not in extra}
     where = f"{mode}/{case}/t={temperature}/{'stream' if stream else 'json'}"
-    expected = refused_field(mode, body)
+    expected = refused_field(mode, body, temperature)
     try:
         kwargs: dict[str, Any] = dict(
             model=model, temperature=temperature, max_tokens=6, extra_body=extra,
@@ -99,7 +105,8 @@ async def one(c: openai.AsyncOpenAI, model: str, mode: str, case: str, temperatu
         err = (e.body or {}) if isinstance(e.body, dict) else {}
         if expected is None:
             return f"{where}: 400 {err}"
-        if err.get("param") != expected or err.get("code") != "unsupported_parameter":
+        if err.get("param") != expected or (
+                expected != "n" and err.get("code") != "unsupported_parameter"):
             return f"{where}: 400 naming {err.get('param')!r}, wanted {expected!r}"
         return None
     except openai.APIError as e:
@@ -138,17 +145,23 @@ async def test_every_field_on_every_mode_is_served_or_refused_by_name(
     assert ready.status_code == 200, ready.text
 
 
-@pytest.mark.parametrize("mode", SPECULATIVE)
-async def test_top_k_sampling_alone_keeps_speculative_engines_up(
-        real_gateway: RealGateway, mode: str) -> None:
-    """top_k with the default temperature, the request that used to stop the engine."""
+async def test_top_k_sampling_is_served_by_auto_and_refused_by_name_where_it_cannot_be(
+        real_gateway: RealGateway) -> None:
+    """top_k with the default temperature: the request that stopped every speculative
+    engine of vLLM's CPU build. Auto serves it where it can; forced elsewhere, a 400."""
     c = openai.AsyncOpenAI(base_url=real_gateway.url + "/v1", api_key="unused",
                            max_retries=0, timeout=600)
-    for _ in range(3):
-        reply = await c.chat.completions.create(
-            model=real_gateway.model, max_tokens=16, extra_body={"top_k": 5},
-            extra_headers={"x-spec-mode": mode},
-            messages=[{"role": "user", "content": "Say something."}])
-        assert reply.choices[0].message.content
-    assert real_gateway.engine_stats(mode)["up"] is True
+    ask = dict(model=real_gateway.model, max_tokens=16, extra_body={"top_k": 5},
+               messages=[{"role": "user", "content": "Say something."}])
+    raw = await c.chat.completions.with_raw_response.create(**ask)  # type: ignore[arg-type]
+    assert raw.headers["x-spec-mode"] == "standard"
+    assert raw.headers["x-spec-decision"].endswith(" needs:top_k")
+    assert raw.parse().choices[0].message.content
+    for mode in SPECULATIVE:
+        with pytest.raises(openai.BadRequestError) as e:
+            await c.chat.completions.create(extra_headers={"x-spec-mode": mode},
+                                            **ask)  # type: ignore[arg-type]
+        assert isinstance(e.value.body, dict) and e.value.body["param"] == "top_k"
+        assert "modes that can: auto, standard" in e.value.body["message"]
+        assert real_gateway.engine_stats(mode)["up"] is True
     await c.close()
