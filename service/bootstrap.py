@@ -54,13 +54,13 @@ async def load_components(settings: Settings) -> Components:
     if in_process:
         from engines.vllm_engine import cpu_build_installed
     cpu_build = in_process and cpu_build_installed()
-    for i, (name, mode) in enumerate(modes.items()):
-        # Spread CPU engines over the cores (vLLM would bind them all to one), but
-        # count them as one device: the gateway's own process (tokenizing, streaming)
-        # and the clients share those cores, and splitting free text between plain
-        # decoding on one core and n-gram on the other measured 140 tok/s at 16
-        # concurrent against 209 for plain decoding alone.
-        bind = mode.cpu_threads_bind or str(i % cpus) if cpu_build and not mode.url else None
+    for name, mode in modes.items():
+        # Every CPU engine gets every core, as a single-method vLLM server would: an
+        # engine bound to a share of the cores runs at that share of the machine even
+        # when it is the only one busy. The engines are one device group, so routing
+        # keeps one of them busy at a time (docs/policy.md, "Device groups").
+        bind = (mode.cpu_threads_bind or _all_cores(cpus)) if cpu_build and not mode.url \
+            else None
         if mode.url:
             engines[name] = RemoteVllmEngine(name, mode.url, client, model=mode.served_model,
                                              speculative=mode.method is not None)
@@ -69,12 +69,17 @@ async def load_components(settings: Settings) -> Components:
         info[name] = ModeInfo(method=mode.method,
                               num_speculative_tokens=mode.num_speculative_tokens or 0,
                               gpu_group=mode.gpu_group or ("cpu" if bind else "0"),
+                              exclusive=bind is not None and not mode.gpu_group,
                               k_schedule=mode.k_schedule())
     if in_process:
         _share_devices(engines, info)
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
                       engines=engines, max_model_len=settings.max_model_len, mode_info=info,
                       closers=[client.aclose])
+
+
+def _all_cores(cpus: int) -> str:
+    return "0" if cpus <= 1 else f"0-{cpus - 1}"
 
 
 def _share_devices(engines: dict[str, Engine], info: dict[str, ModeInfo]) -> None:

@@ -53,6 +53,10 @@ class ModeInfo:
     num_speculative_tokens: int = 0
     gpu_group: str = "0"
     k_schedule: tuple[tuple[int, int, int], ...] = ()   # vLLM's per-batch K table
+    # Engines of this group must not run at the same time: CPU engines each bound to
+    # every core oversubscribe the cores when two are busy (each runs far below half
+    # speed), unlike GPU engines, which the device time-slices.
+    exclusive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +352,7 @@ class Dispatcher:
                 raise Unavailable("no decoding engine is available right now; retry later",
                                   code="no_engine_available") from e
             acceptance = inputs.acceptance
+            decision = self._keep_group_exclusive(decision, loads, refused)
             if refused:
                 decision = replace(decision, narrowed=min(
                     field for field, _ in refused.values()))
@@ -358,6 +363,28 @@ class Dispatcher:
         for observer in self.decision_observers:
             observer(routing)
         return routing
+
+    def _keep_group_exclusive(self, decision: Decision, loads: Mapping[str, ModeLoad],
+                              refused: Mapping[str, tuple[str, str]]) -> Decision:
+        """In an exclusive device group, a decision that is no switch (an exploration,
+        or a hold on a mode other than the one the group runs now) joins the mode the
+        group runs instead: two busy engines there run slower than either alone. A cost
+        decision is a switch, and the group's requests move with it (``open``)."""
+        mode = decision.mode
+        info = self.mode_info.get(mode, ModeInfo())
+        if not info.exclusive or decision.kind is DecisionKind.COST:
+            return decision
+        flight = self.in_flight()
+        busy = {m: sum(by_class.values()) for m, by_class in flight.items()
+                if m != mode and sum(by_class.values()) > 0 and self.group_of(m) == info.gpu_group}
+        if not busy or flight.get(mode):
+            return decision
+        runs = max(busy, key=lambda m: (busy[m], m))
+        load = loads.get(runs)
+        if load is None or not (load.up and load.has_room) or runs in refused:
+            return decision
+        return Decision(runs, DecisionKind.HOLD, margin=0.0, scores=decision.scores,
+                        leader=decision.leader)
 
     async def open(self, routing: Routing, request: GenerationRequest, *,
                    deadline: float | None = None, first_wait_s: float = 0.0) -> OpenStream:

@@ -189,3 +189,44 @@ async def test_a_request_that_killed_an_engine_is_kept_off_it_while_others_still
     stream = await dispatcher.route(RouteHints("dflash", None), plain, requested_max_tokens=5)
     assert stream.mode == "dflash" and engines["dflash"].is_up
     await stream.aclose()
+
+
+class FixedPolicy(AdaptivePolicy):
+    """Always answers with the decision it was given."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(AdaptiveSettings(exploration_share=0.0))
+        self.decision = decision
+
+    def decide(self, inputs: DecisionInput) -> Decision:
+        return self.decision
+
+
+async def test_an_exclusive_group_runs_one_engine_until_a_cost_decision_switches_it() -> None:
+    engines = fake_engines(token_delay_s=0.05)
+    for engine in engines.values():
+        await engine.start()
+    info = {name: replace(i, gpu_group="cpu", exclusive=True)
+            for name, i in FAKE_MODE_INFO.items()}
+    policy = FixedPolicy(Decision("eagle3", DecisionKind.EXPLORE))
+    dispatcher = Dispatcher(engines, policy, SharedPolicyState(MemoryStore(), "r"), info)
+    long = GenerationRequest("busy", (1, 2, 3), SamplingOptions(max_tokens=50))
+    busy = await dispatcher.route(RouteHints("standard", None), long, requested_max_tokens=50)
+    request = GenerationRequest("r", (1, 2, 3), SamplingOptions(max_tokens=5))
+    # An exploration (or a hold) elsewhere joins the engine the group runs now.
+    stream = await dispatcher.route(RouteHints(None, None), request, requested_max_tokens=5)
+    assert stream.mode == "standard" and stream.routing.decision.kind is DecisionKind.HOLD
+    await stream.aclose()
+    # A cost decision is a switch: it goes where the policy says.
+    policy.decision = Decision("eagle3", DecisionKind.COST, margin=0.2)
+    stream = await dispatcher.route(RouteHints(None, None), replace(request, request_id="c"),
+                                    requested_max_tokens=5)
+    assert stream.mode == "eagle3"
+    await stream.aclose()
+    await busy.aclose()
+    # Once the group is idle, any decision stands.
+    policy.decision = Decision("dflash", DecisionKind.EXPLORE)
+    stream = await dispatcher.route(RouteHints(None, None), replace(request, request_id="e"),
+                                    requested_max_tokens=5)
+    assert stream.mode == "dflash"
+    await stream.aclose()
