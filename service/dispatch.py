@@ -268,8 +268,8 @@ class Dispatcher:
                     first_wait_s: float = 0.0) -> OpenStream:
         """Choose the mode, admit the request to it and open its stream (``open``)."""
         routing = self.decide(hints.forced, len(request.prompt_token_ids), requested_max_tokens,
-                              constrained_class(hints.workload_class, request),
-                              request.request_id, needs=needs_of(request.sampling))
+                              hints.workload_class, request.request_id,
+                              needs=needs_of(request.sampling))
         return await self.open(routing, request, deadline=deadline, first_wait_s=first_wait_s)
 
     def _forced_mode(self, header: str | None) -> str | None:
@@ -506,18 +506,6 @@ class Dispatcher:
                         prefill_s=s.prefill_s,
                         k_schedule=info.k_schedule, draft_token_s=s.draft_token_s,
                         step_drafted=s.step_drafted)
-
-
-def constrained_class(requested: str | None, request: GenerationRequest) -> str | None:
-    """The workload class a request is learned under. Constrained output drafts
-    differently from free text (keys, braces and enum values are near-certain, string
-    values are not), so a constrained request is learned apart, without the caller
-    labelling it: ``json`` (or ``<class>:json``) for JSON, ``constrained`` for the rest."""
-    structured = request.sampling.structured
-    if structured is None:
-        return requested
-    kind = "json" if structured.kind in ("json", "json_object") else "constrained"
-    return f"{requested}:{kind}" if requested else kind
 
 
 def _workload_class(value: str | None, param: str) -> str | None:

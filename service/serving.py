@@ -14,7 +14,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 
 from engines.base import EngineError
@@ -25,6 +25,7 @@ from service import keepalive
 from service.dispatch import Dispatcher, OpenStream
 from service.errors import EngineFailed, InvalidRequest, ModelNotFound, ServiceError
 from service.pump import Idle, Interrupted
+from service.request_class import request_class
 
 
 class WireRequest(Protocol):
@@ -173,6 +174,9 @@ class Serving:
             sampling=endpoint.sampling(wire, max_tokens=max_tokens, n=n, logprobs=logprobs_k,
                                        vocab_size=self.tokenizer.vocab_size),
             cache_salt=wire.cache_salt)
+        hints = replace(hints, workload_class=request_class(
+            hints.workload_class, generation, self.tokenizer,
+            raw_prompt=endpoint.id_prefix == "cmpl"))
         stream = await self.dispatcher.route(
             hints, generation, requested_max_tokens=requested, deadline=deadline,
             first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s))
