@@ -26,8 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from engines.stats import LOAD_FIELDS
-from service.dispatch import Completed, Routing
-from service.moves import Move
+from service.stream import Completed, Move, Routing
 
 if TYPE_CHECKING:
     from service.runtime import Runtime

@@ -13,12 +13,12 @@ import logging
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.capabilities import needs as needs_of
-from engines.events import Failed, Finished, GenerationEvent, TextDelta
+from engines.events import Failed
 from engines.request import GenerationRequest
 from policies.assemble import decide_auto
 from policies.base import (
@@ -36,9 +36,18 @@ from policies.shared_state import SharedPolicyState
 from service.admission import Admission, Ticket, queue_full
 from service.containment import Containment
 from service.errors import EngineFailed, InvalidRequest, ServiceError, Unavailable
-from service.moves import Move, Mover, can_move, continuation
-from service.pump import EventPump, Idle, Interrupted
+from service.moves import Mover
+from service.pump import EventPump, Idle
 from service.settings import AUTO
+from service.stream import (
+    Completed,
+    CompletionObserver,
+    Move,
+    OpenStream,
+    Reopen,
+    Routing,
+    can_move,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,167 +74,6 @@ class RouteHints:
 
     forced: str | None = None
     workload_class: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Routing:
-    decision: Decision
-    workload_class: str
-    forced: bool
-    decided_at: float = 0.0              # time.monotonic() when the mode was chosen
-    needs: frozenset[str] = frozenset()  # what the request asks of an engine
-
-
-@dataclass(frozen=True, slots=True)
-class Completed:
-    """A request the engine finished, with its timings (seconds since the decision)."""
-
-    routing: Routing
-    finished: Finished
-    first_token_s: float | None
-    total_s: float
-    # Completion tokens served by other modes before the request moved to this one.
-    moved_tokens: int = 0
-
-
-CompletionObserver = Callable[[Completed], None]
-
-
-# Opens a moved request's continuation on a mode, holding the slot reserved there.
-Reopen = Callable[[str, GenerationRequest, Ticket], EventPump]
-
-
-@dataclass(slots=True, eq=False)
-class OpenStream:
-    """An admitted engine request whose first event was awaited before answering.
-
-    ``first`` is that event, or None for a stream answered before it came
-    (see ``service/keepalive.py``). A stream opened with ``request`` and
-    ``reopen`` can be moved to another mode (``service/moves.py``): its reader
-    swaps engines between two events and never sees the seam.
-    """
-
-    routing: Routing
-    pump: EventPump
-    ticket: Ticket
-    on_completed: CompletionObserver
-    first: GenerationEvent | None = None
-    first_token_at: float | None = None
-    request: GenerationRequest | None = None
-    reopen: Reopen | None = None
-    on_moved: Callable[[Move], None] | None = None
-    on_closed: Callable[[OpenStream], None] | None = None
-    on_engine_died: Callable[[str, frozenset[str]], None] | None = None
-    generated: list[int] = field(default_factory=list)
-    moves: int = 0
-    _first_taken: bool = False
-    _target: tuple[str, Ticket] | None = None
-    _before_move: int = 0               # completion tokens sent before the last move
-
-    @property
-    def mode(self) -> str:
-        return self.routing.decision.mode
-
-    @property
-    def remaining_tokens(self) -> int:
-        return self.request.sampling.max_tokens - len(self.generated) if self.request else 0
-
-    @property
-    def moving(self) -> bool:
-        return self._target is not None
-
-    def move(self, target: str, ticket: Ticket) -> bool:
-        """Continue this request on ``target`` (``ticket``: its slot there) from the next
-        event on; False (and the slot given back) when it has already ended."""
-        if self.reopen is None or self._target is not None or not self.pump.running:
-            ticket.release()
-            return False
-        self._target = (target, ticket)
-        self.pump.interrupt("move")
-        return True
-
-    async def next(self, idle_s: float = 0.0) -> GenerationEvent | Idle:
-        """The next event or ``IDLE`` (see ``EventPump.next``)."""
-        if self.first is not None and not self._first_taken:
-            self._first_taken = True
-            event: GenerationEvent | Idle = self.first
-        else:
-            while True:
-                try:
-                    event = await self.pump.next(idle_s)
-                    break
-                except Interrupted as e:
-                    if e.reason != "move" or self._target is None:
-                        raise
-                    await self._continue_on_target()
-        if isinstance(event, Finished) and self.moves:
-            event = replace(event, prompt_tokens=len(self.request.prompt_token_ids)
-                            if self.request else event.prompt_tokens,
-                            completion_tokens=self._before_move + event.completion_tokens)
-        if not isinstance(event, Idle):
-            self._see(event)
-        return event
-
-    async def _continue_on_target(self) -> None:
-        assert self._target is not None and self.reopen is not None and self.request
-        (target, ticket), self._target = self._target, None
-        source = self.mode
-        await self.pump.aclose()          # ended already: its abort raised Interrupted
-        self.ticket.release()
-        self.ticket = ticket
-        self.moves += 1
-        source_tokens = len(self.generated) - self._before_move
-        self._before_move = len(self.generated)
-        self.pump = self.reopen(target, continuation(self.request, self.generated, self.moves),
-                                ticket)
-        ticket.on_interrupt = self.pump.interrupt
-        self.routing = replace(self.routing, decision=Decision(target, DecisionKind.MOVE,
-                                                               leader=target))
-        if self.on_moved is not None:
-            self.on_moved(Move(self.request.request_id, source, target, len(self.generated),
-                               source_tokens, self.routing.workload_class))
-
-    async def events(self) -> AsyncIterator[GenerationEvent]:
-        """Every event up to the terminal one; closes the stream when done or left."""
-        try:
-            while True:
-                try:
-                    event = await self.next()
-                except StopAsyncIteration:
-                    return
-                assert not isinstance(event, Idle)
-                yield event
-                if not isinstance(event, TextDelta):
-                    return
-        finally:
-            await self.aclose()
-
-    def _see(self, event: GenerationEvent) -> None:
-        now = time.monotonic()
-        if isinstance(event, TextDelta):
-            if event.token_ids and self.first_token_at is None:
-                self.first_token_at = now
-            if self.request is not None:
-                self.generated.extend(event.token_ids)
-        elif isinstance(event, Failed):
-            if event.engine_died and self.on_engine_died is not None:
-                self.on_engine_died(self.mode, self.routing.needs)
-        elif isinstance(event, Finished):
-            start = self.routing.decided_at
-            first = self.first_token_at - start if self.first_token_at is not None else None
-            self.on_completed(Completed(self.routing, event, first, now - start,
-                                        moved_tokens=self._before_move))
-
-    async def aclose(self) -> None:
-        try:
-            await self.pump.aclose()
-        finally:
-            self.ticket.release()
-            if self._target is not None:  # a move asked for as the request ended
-                self._target[1].release()
-                self._target = None
-            if self.on_closed is not None:
-                self.on_closed(self)
 
 
 class Dispatcher:

@@ -26,46 +26,8 @@ than ``min_remaining_tokens`` left, where a prefill costs more than it saves.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from engines.request import GenerationRequest
-
-if TYPE_CHECKING:
-    from service.dispatch import OpenStream
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """One request continued on another engine."""
-
-    request_id: str
-    source: str
-    target: str
-    tokens_so_far: int
-    # Tokens the source engine generated for it (since its last move, if any), and
-    # the request's workload class: what the source's acceptance is learned from.
-    source_tokens: int = 0
-    workload_class: str = ""
-
-
-MoveObserver = Callable[[Move], None]
-
-
-def can_move(request: GenerationRequest) -> bool:
-    s = request.sampling
-    return (s.n == 1 and s.seed is None and not s.stop and s.presence_penalty == 0.0
-            and s.frequency_penalty == 0.0 and s.structured is None)
-
-
-def continuation(request: GenerationRequest, generated: list[int],
-                 segment: int) -> GenerationRequest:
-    """The same request, resumed after ``generated`` (tokens the client already has)."""
-    s = request.sampling
-    done = len(generated)
-    sampling = replace(s, max_tokens=s.max_tokens - done, min_tokens=max(0, s.min_tokens - done))
-    return replace(request, request_id=f"{request.request_id}-m{segment}",
-                   prompt_token_ids=(*request.prompt_token_ids, *generated), sampling=sampling)
+from service.stream import OpenStream
 
 
 class Mover:

@@ -23,11 +23,12 @@ from policies.shared_state import SharedPolicyState
 from policies.store.base import PolicyStore, ReplicaLoad, StoreUnavailable
 from service.admission import Admission, shutting_down
 from service.containment import Containment
-from service.dispatch import CompletionObserver, Dispatcher, ModeInfo, Routing
+from service.dispatch import Dispatcher, ModeInfo
 from service.drain import Drain
 from service.errors import Unavailable
-from service.moves import Move, Mover
+from service.moves import Mover
 from service.serving import Limits, Serving
+from service.stream import CompletionObserver, Move, Routing
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,11 @@ from engines.events import Failed, Finished, TextDelta, TokenLogprob
 from engines.request import GenerationRequest, SamplingOptions
 from engines.tokenizer import Tokenizer
 from service import keepalive
-from service.dispatch import Dispatcher, OpenStream
+from service.dispatch import Dispatcher
 from service.errors import EngineFailed, InvalidRequest, ModelNotFound, ServiceError
 from service.pump import Idle, Interrupted
 from service.request_class import request_class
+from service.stream import OpenStream
 
 
 class WireRequest(Protocol):

@@ -13,8 +13,9 @@ from policies.base import Decision, DecisionInput, DecisionKind, Policy
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
 from service.admission import Admission
-from service.dispatch import Dispatcher, OpenStream
-from service.moves import Move, Mover
+from service.dispatch import Dispatcher
+from service.moves import Mover
+from service.stream import Move, OpenStream
 from tests.conftest import FAKE_MODE_INFO, fake_engines
 from tests.fakes.engine import WORDS, FakeEngine
 
@@ -201,7 +202,7 @@ async def test_a_stream_closed_while_moving_leaves_no_slot_behind() -> None:
 
 
 def test_a_continuation_asks_for_what_is_left() -> None:
-    from service.moves import can_move, continuation
+    from service.stream import can_move, continuation
 
     request = GenerationRequest("r", PROMPT, SamplingOptions(max_tokens=10, min_tokens=6))
     after = continuation(request, [1001, 1002, 1003, 1004], 1)
