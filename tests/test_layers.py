@@ -1,6 +1,11 @@
 """The layers show in the imports: gateway (HTTP) -> service -> policies, engines.
 
-Every import in every module counts, including those inside functions."""
+Beside them: ``sim`` (the serving simulator) runs the policies on modelled
+engines; ``training`` trains drafters on ``engines``' embedded model; ``bench``
+drives everything from outside, as a client would. Nothing in the product imports
+``sim`` or ``bench``, and only the command line reaches ``training``. Every import
+in every module counts, including those inside functions; every top-level package
+is covered, and the product's modules import no cycle."""
 
 from __future__ import annotations
 
@@ -16,8 +21,14 @@ FORBIDDEN = {
     "gateway": ("vllm", "torch", "transformers"),
     "service": ("fastapi", "starlette", "uvicorn", "gateway", "vllm", "sse_starlette"),
     "policies": ("gateway", "service", "engines", "vllm", "fastapi", "starlette"),
-    "engines": ("gateway", "service", "policies", "fastapi", "starlette"),
+    "engines": ("gateway", "service", "policies", "sim", "training", "bench", "fastapi",
+                "starlette"),
+    "sim": ("gateway", "service", "training", "bench", "vllm", "fastapi", "starlette"),
+    "training": ("gateway", "service", "policies", "sim", "bench", "fastapi", "starlette"),
+    "bench": ("gateway.app",),   # it drives a gateway over HTTP, as a client would
 }
+for _product in ("gateway", "service", "policies"):
+    FORBIDDEN[_product] += ("sim", "bench") + (() if _product == "gateway" else ("training",))
 # What the gateway may use of the policy layer: its public types and the bounded-await
 # helper every layer shares; never the policies, their state or stores.
 GATEWAY_POLICY_API = ("policies.base", "policies.store.base", "policies.bounded")
@@ -48,3 +59,33 @@ def test_no_module_imports_upward_or_across(package: str) -> None:
                     not any(_under(module, ok) for ok in GATEWAY_POLICY_API):
                 wrong.append(f"{path.relative_to(ROOT)}: {module} (policy internals)")
     assert wrong == []
+
+
+def test_every_top_level_package_is_covered() -> None:
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert packages <= set(FORBIDDEN), f"add {sorted(packages - set(FORBIDDEN))} to FORBIDDEN"
+
+
+def test_the_product_imports_no_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    for package in ("gateway", "service", "policies", "engines"):
+        for path in (ROOT / package).rglob("*.py"):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            module = module.removesuffix(".__init__")
+            graph[module] = imports(path)
+    edges = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    seen: dict[str, int] = {}     # 1: on the path, 2: done
+
+    def visit(m: str, path: list[str]) -> list[str] | None:
+        seen[m] = 1
+        for d in sorted(edges[m]):
+            if seen.get(d) == 1:
+                return [*path, m, d]
+            if d not in seen and (cycle := visit(d, [*path, m])):
+                return cycle
+        seen[m] = 2
+        return None
+
+    for m in sorted(edges):
+        if m not in seen:
+            assert (cycle := visit(m, [])) is None, " -> ".join(cycle)
