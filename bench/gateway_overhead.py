@@ -25,9 +25,9 @@ import uvicorn
 
 from engines.base import Engine
 from engines.embedded import prepare_embedded
+from engines.engine_spec import EngineSpec
 from engines.events import TextDelta
 from engines.request import GenerationRequest, SamplingOptions
-from engines.spec import EngineSpec
 from engines.tokenizer import ChatTurn, HfTokenizer
 from engines.vllm_engine import VllmEngine
 from gateway.app import create_app

@@ -18,9 +18,9 @@ from typing import Any
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.capabilities import Capabilities, for_method
+from engines.engine_spec import EngineSpec
 from engines.events import Failed, Finished, GenerationEvent, TextDelta
 from engines.request import GenerationRequest, StructuredOutput
-from engines.spec import EngineSpec
 from engines.stat_logger import LiveCounters, make_stat_logger_factory
 from engines.stats import EngineStats
 from engines.vllm_outputs import logprobs_from_vllm, spec_summary_from_vllm

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 
 from engines.base import Engine
+from engines.engine_spec import EngineSpec
 from engines.remote import RemoteVllmEngine
-from engines.spec import EngineSpec
 from engines.tokenizer import HfTokenizer
 from service.dispatch import ModeInfo
 from service.runtime import Components

@@ -20,7 +20,7 @@ from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.capabilities import needs as needs_of
 from engines.events import Failed
 from engines.request import GenerationRequest
-from policies.assemble import decide_auto
+from policies.auto_decision import decide_auto
 from policies.base import (
     Decision,
     DecisionKind,
@@ -30,7 +30,7 @@ from policies.base import (
     Policy,
     forced,
 )
-from policies.moves import cost_is_measured, served_before_move
+from policies.move_costs import cost_is_measured, served_before_move
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from service.admission import Admission, Ticket, queue_full

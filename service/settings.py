@@ -17,7 +17,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from engines.spec import DType
+from engines.engine_spec import DType
 from policies.adaptive_settings import AdaptiveSettings
 from service.keys import check_key, read_key_file
 

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
-from policies.assemble import decide_auto
+from policies.auto_decision import decide_auto
 from policies.base import DecisionKind, ModeLoad
-from policies.moves import cost_is_measured, served_before_move
+from policies.move_costs import cost_is_measured, served_before_move
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
@@ -141,7 +141,7 @@ class PolicyRouter(Router):
             load = mode_load(engine, self.clock.now)
             for r in movers:
                 # What the old engine served of it teaches that engine's acceptance, as
-                # the gateway's ``Dispatcher._moved`` does (``policies/moves.py``).
+                # the gateway's ``Dispatcher._moved`` does (``policies/move_costs.py``).
                 served = served_before_move(load, r.generated - r.moved_tokens)
                 if served is not None:
                     self.state.observe_acceptance(

@@ -94,7 +94,7 @@ def test_a_step_taken_while_a_peer_of_the_device_holds_requests_is_not_timed() -
 
 
 def test_engines_sharing_a_device_see_each_others_requests() -> None:
-    from engines.spec import EngineSpec
+    from engines.engine_spec import EngineSpec
     from engines.vllm_engine import VllmEngine, share_device
 
     a, b, alone = (VllmEngine(EngineSpec(mode=m, model="unused")) for m in ("a", "b", "c"))

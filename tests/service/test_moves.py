@@ -228,9 +228,9 @@ async def test_an_exploration_is_measured_where_it_runs() -> None:
 
 async def test_no_move_off_a_mode_not_yet_measured_at_its_batch() -> None:
     """A cost decision before the old engine ran its batch rests on a prior; moving
-    would keep that engine from ever measuring it (policies/moves.py)."""
+    would keep that engine from ever measuring it (policies/move_costs.py)."""
     from policies.base import ModeLoad
-    from policies.moves import cost_is_measured
+    from policies.move_costs import cost_is_measured
 
     profile = ((1, 0.01, 5), (4, 0.012, 3))
     assert cost_is_measured(ModeLoad("m", True, 8, False, step_profile=profile))

@@ -1,9 +1,9 @@
-"""What a moved request's tokens teach the mode it left (``policies/moves.py``)."""
+"""What a moved request's tokens teach the mode it left (``policies/move_costs.py``)."""
 
 from __future__ import annotations
 
 from policies.base import ModeLoad
-from policies.moves import ServedBeforeMove, served_before_move
+from policies.move_costs import ServedBeforeMove, served_before_move
 
 
 def load(method: str | None, tau: float | None, k: int = 3) -> ModeLoad:

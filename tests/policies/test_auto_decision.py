@@ -9,7 +9,7 @@ import pytest
 
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
-from policies.assemble import decide_auto
+from policies.auto_decision import decide_auto
 from policies.base import Decision, DecisionKind, ModeLoad
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
