@@ -3,8 +3,11 @@
 For ``--duration`` seconds, ``--clients`` clients (the official ``openai``
 SDK, over HTTP) send chat and completion requests, streaming and not, forced
 to every mode or ``auto``, greedy, with prompts whose answers were recorded
-once beforehand (plain decoding, alone). Every request must either come back
-with exactly that text and the same usage, or get a clear error (an OpenAI
+once beforehand (plain decoding, alone), and about a third of the time requests
+whose answer is checked for what it must be rather than for a text: sampled with
+vLLM's extras (``top_k``, ``min_p``, penalties, a seed), and JSON-schema output
+(valid JSON matching the schema). Every request must either come back
+with exactly that text and the same usage (or the shape asked), or get a clear error (an OpenAI
 envelope with a status, or an error event in the stream); anything else
 (a transport error, a timeout, a stream that ends without finishing, a
 different text or usage) counts as lost. The gateway's memory (its own
@@ -19,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import openai
 import psutil
@@ -45,6 +50,10 @@ TEXT_PROMPTS = (
     "Once upon a time, in a small village by the river,",
 )
 MAX_TOKENS = (8, 32, 96)
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+                                           "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+EXTRA_SHARE = 0.3
 # What the gateway process may grow by over a run: buffers and caches settle in
 # the first minutes; steady growth beyond this would be a leak per request.
 RSS_GROWTH_BOUND_MIB = 64
@@ -73,6 +82,7 @@ class Tally:
     examples: list[str] = field(default_factory=list)
     diverged_by_mode: Counter[str] = field(default_factory=Counter)
     diverged_examples: list[str] = field(default_factory=list)
+    extra: Counter[str] = field(default_factory=Counter)   # checked-shape requests served
 
     def diverged(self, mode: str, why: str) -> None:
         self.outcomes["diverged"] += 1
@@ -136,8 +146,17 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
     all_cases = list(expected)
     while time.monotonic() < deadline:
         case, mode, stream = rng.choice(all_cases), rng.choice(MODES), rng.random() < 0.5
+        extra = rng.choice(("sampled", "json")) if rng.random() < EXTRA_SHARE else None
         began = time.monotonic()
         try:
+            if extra is not None:
+                wrong = await call_extra(client, model, extra, mode, stream)
+                if wrong is not None:
+                    tally.lost(f"{extra} on {mode} stream={stream}: {wrong}")
+                else:
+                    tally.outcomes["ok"] += 1
+                    tally.extra[extra] += 1
+                continue
             got = await call(client, model, case, mode, stream)
         except openai.APIStatusError as e:
             body = e.body if isinstance(e.body, dict) else {}
@@ -174,6 +193,42 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
         tally.outcomes["ok"] += 1
         tally.latencies.append(time.monotonic() - began)
         tally.tokens += want.completion_tokens
+
+
+async def call_extra(client: openai.AsyncOpenAI, model: str, kind: str, mode: str,
+                     stream: bool) -> str | None:
+    """A request checked for the shape of its answer: None when right, else why not."""
+    common: dict[str, Any] = {"model": model, "max_tokens": 48,
+                              "extra_headers": {"x-spec-mode": mode}}
+    if kind == "sampled":
+        common.update(temperature=0.8, top_p=0.9, seed=7, presence_penalty=0.2,
+                      extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1})
+        messages = [{"role": "user", "content": "Write a line about the sea."}]
+    else:
+        common.update(temperature=0, response_format={
+            "type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}})
+        messages = [{"role": "user", "content": "Invent a person as JSON."}]
+    if stream:
+        s = await client.chat.completions.create(messages=messages, stream=True, **common)  # type: ignore[call-overload]
+        text, finish = "", None
+        async for chunk in s:
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                finish = c.finish_reason or finish
+    else:
+        r = await client.chat.completions.create(messages=messages, **common)  # type: ignore[call-overload]
+        text, finish = r.choices[0].message.content or "", r.choices[0].finish_reason
+    if finish is None:
+        return "no finish reason"
+    if kind == "json":
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return f"not JSON: {text!r}"
+        if not (isinstance(value, dict) and set(value) == {"name", "age"}
+                and isinstance(value["age"], int)):
+            return f"does not match the schema: {text!r}"
+    return None
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
@@ -223,7 +278,10 @@ def report(tally: Tally, samples: list[tuple[float, float, float]], elapsed: flo
     lines = [f"# Soak: {clients} clients for {duration:.0f} s", "",
              "| figure | value |", "|---|---|",
              f"| requests | {total} |",
-             f"| completed with the expected text and usage | {tally.outcomes['ok']} |",
+             f"| completed with the expected text and usage (or shape) | "
+             f"{tally.outcomes['ok']} (of which "
+             + (", ".join(f"{k} {n}" for k, n in sorted(tally.extra.items())) or "none")
+             + " checked for shape) |",
              f"| complete, greedy text differs from plain decoding's | "
              f"{tally.outcomes['diverged']} ("
              + (", ".join(f"{m} {n}" for m, n in sorted(tally.diverged_by_mode.items()))
