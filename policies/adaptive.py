@@ -47,6 +47,13 @@ class AdaptivePolicy(Policy):
     def __init__(self, settings: AdaptiveSettings | None = None) -> None:
         self.settings = settings or AdaptiveSettings()
 
+    @property
+    def batch_memory_s(self) -> float:
+        return self.settings.batch_memory_s
+
+    def follow(self, settings: AdaptiveSettings) -> None:
+        self.settings = settings
+
     def decide(self, inputs: DecisionInput) -> Decision:
         s = self.settings
         candidates = self._candidates(inputs)

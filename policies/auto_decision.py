@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from policies.adaptive_settings import AdaptiveSettings
 from policies.base import (
     Decision,
     DecisionInput,
@@ -37,7 +36,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
     ``narrowed``: ``modes`` leaves out modes that cannot serve this request, so its
     winner is no winner for its class or device group and is not remembered as one."""
     modes = with_in_flight(modes, in_flight)
-    memory_s = policy_batch_memory(policy)
+    memory_s = policy.batch_memory_s
     also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
     classes = state.learned_classes(now, also)  # one snapshot of what is learned
     this = classes[workload_class]
@@ -92,9 +91,3 @@ def with_in_flight(modes: Mapping[str, ModeLoad],
         if open_here > load.batch_size:
             out[name] = replace(load, batch_size=open_here)
     return out
-
-
-def policy_batch_memory(policy: Policy) -> float:
-    """The policy's ``batch_memory_s`` (0 for a policy without one)."""
-    settings = getattr(policy, "settings", None)
-    return settings.batch_memory_s if isinstance(settings, AdaptiveSettings) else 0.0

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 DEFAULT_WORKLOAD_CLASS = "default"
 
@@ -216,8 +217,21 @@ class NoModeAvailable(Exception):
     """Every configured mode is down; nothing can serve the request."""
 
 
+if TYPE_CHECKING:
+    from policies.adaptive_settings import AdaptiveSettings
+
+
 class Policy(ABC):
     name: str
+
+    @property
+    def batch_memory_s(self) -> float:
+        """How long a device group's recent batch is remembered (0: not at all)."""
+        return 0.0
+
+    def follow(self, settings: AdaptiveSettings) -> None:  # noqa: B027 (optional hook)
+        """The shared live settings changed (``PUT /admin/policy`` on any replica); a
+        policy without live settings has nothing to follow."""
 
     @abstractmethod
     def decide(self, inputs: DecisionInput) -> Decision:

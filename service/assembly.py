@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import socket
 
-from policies.adaptive import AdaptivePolicy
-from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Policy
 from policies.registry import build_policy
 from policies.shared_state import SharedPolicyState
@@ -41,12 +39,7 @@ def build_runtime(settings: Settings, *, components: Components | None = None,
     store = store or build_store(settings)
     replica_id = settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
     state = SharedPolicyState(store, replica_id, settings.policy.adaptive.model_copy())
-    if isinstance(policy, AdaptivePolicy):
-        adaptive: AdaptivePolicy = policy
-
-        def follow(new: AdaptiveSettings) -> None:
-            adaptive.settings = new
-        state.on_settings_change(follow)
+    state.on_settings_change(policy.follow)
 
     if components is not None:
         given = components

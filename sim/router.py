@@ -87,10 +87,7 @@ class PolicyRouter(Router):
         self.state = SharedPolicyState(self.store, "sim", settings.model_copy(),
                                        clock=self.clock, sync_interval_s=sync_interval_s)
         self.policy = AdaptivePolicy(settings.model_copy())
-
-        def follow(new: AdaptiveSettings) -> None:
-            self.policy.settings = new
-        self.state.on_settings_change(follow)
+        self.state.on_settings_change(self.policy.follow)
         self.memory = RoutingMemory()
         self.rng = random.Random(seed)
         self.sync_interval_s = sync_interval_s
