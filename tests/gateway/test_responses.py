@@ -278,3 +278,4 @@ async def test_stateless_refusals_say_why(client: openai.AsyncOpenAI) -> None:
 async def test_unknown_model_is_404(gw: FakeGateway) -> None:
     r = await gw.client.post("/v1/responses", json={"model": "gpt-5", "input": "Hi"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+
