@@ -13,6 +13,7 @@ import pytest_asyncio
 
 from engines.request import StructuredOutput
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
+from tests.gateway.test_metrics import scrape, value
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -204,6 +205,7 @@ async def test_tools_with_tool_choice_none_are_accepted(client: openai.AsyncOpen
 async def test_engine_failure_mid_stream_is_an_error_event(gw: FakeGateway,
                                                            client: openai.AsyncOpenAI) -> None:
     gw.engines["dflash"].fail_after_tokens = 2
+    before = await scrape(gw)
     try:
         r = await gw.client.post("/v1/responses", headers={"x-spec-mode": "dflash"}, json={
             "model": MODEL, "input": "Hi", "max_output_tokens": 5, "stream": True})
@@ -219,6 +221,12 @@ async def test_engine_failure_mid_stream_is_an_error_event(gw: FakeGateway,
                 pass
     finally:
         gw.engines["dflash"].fail_after_tokens = None
+    after = await scrape(gw)
+    labels = {"endpoint": "/v1/responses", "mode": "dflash", "status": "200", "forced": "1"}
+    assert value(after, "specgate_requests_total", **labels) - \
+        value(before, "specgate_requests_total", **labels) == 2
+    assert value(after, "specgate_errors_total", type="server_error", code="engine_failed") - \
+        value(before, "specgate_errors_total", type="server_error", code="engine_failed") == 2
 
 
 FUNCTION_TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}
