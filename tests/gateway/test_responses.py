@@ -180,7 +180,7 @@ async def test_text_format_is_the_engine_constraint(gw: FakeGateway, client: ope
                                              text=text, extra_headers={"x-spec-mode": "standard"})
     assert last_served(gw).sampling.structured == expected
     assert response.text is not None and response.text.format is not None
-    assert response.text.format.type == text["format"]["type"]
+    assert response.text.format.to_dict() == text["format"]  # echoed as sent
 
 
 async def test_sampling_fields_reach_the_engine(gw: FakeGateway,
