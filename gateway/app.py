@@ -18,6 +18,7 @@ from gateway.completions.endpoint import CompletionEndpoint
 from gateway.errors import install_error_handlers
 from gateway.generation_router import Endpoints
 from gateway.metrics import GatewayMetrics, ResponseMetricsMiddleware
+from gateway.responses.endpoint import ResponsesEndpoint
 from policies.base import Policy
 from policies.store.base import PolicyStore
 from service.assembly import build_runtime
@@ -55,7 +56,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.endpoints = Endpoints(ChatEndpoint(), CompletionEndpoint(),
+    app.state.endpoints = Endpoints(ChatEndpoint(), CompletionEndpoint(), ResponsesEndpoint(),
                                     on_stream_error=metrics.on_error)
     admin_key = settings.admin_key
     app.state.admin_keys = KeyRing([admin_key.get_secret_value()] if admin_key else [])

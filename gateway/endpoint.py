@@ -41,4 +41,5 @@ def dump(model: BaseModel) -> dict[str, Any]:
     # Only the fields set (the SDK's types carry many optional ones this server never
     # fills); ``warnings=False``: stream choices are built unvalidated (a chunk's
     # finish_reason is null until the last, which the SDK's type does not allow).
-    return model.model_dump(mode="json", exclude_unset=True, warnings=False)
+    # ``by_alias``: the wire names (a Responses json_schema format's ``schema_`` is "schema").
+    return model.model_dump(mode="json", exclude_unset=True, warnings=False, by_alias=True)

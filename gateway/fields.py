@@ -214,9 +214,13 @@ def drop_refused(data: Any, endpoint: Endpoint) -> Any:
 
     Runs before validation (``mode="before"``), so ``data`` is the raw JSON value.
     """
+    return drop_refused_by(data, refused(endpoint))
+
+
+def drop_refused_by(data: Any, rules: Mapping[str, FieldRule]) -> Any:
+    """``drop_refused`` with the refused fields given (an endpoint with its own table)."""
     if not isinstance(data, dict):
         return data
-    rules = refused(endpoint)
     present = [name for name in data if isinstance(name, str) and name in rules]
     if not present:
         return data

@@ -39,7 +39,7 @@ PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.
                      0.5, 1.0, 2.5)
 
 
-GENERATION_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions"})
+GENERATION_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 
 
 class _LiveCollector(Collector):

@@ -51,6 +51,8 @@ class Endpoint(ABC, Generic[W]):
     """One endpoint's request-specific steps, for its wire request type ``W``."""
 
     id_prefix: str
+    id_separator = "-"              # OpenAI's Responses ids read ``resp_…``
+    max_tokens_param = "max_tokens"  # the wire field a length error names
 
     @abstractmethod
     def prompt_token_ids(self, wire: W, tokenizer: Tokenizer, max_model_len: int) -> list[int]:
@@ -165,11 +167,11 @@ class Serving:
                                       (wire.metadata or {}).get("workload_class"))
         prompt = endpoint.prompt_token_ids(wire, self.tokenizer, self.limits.max_model_len)
         requested, logprobs_k = endpoint.sampling_extras(wire)
-        max_tokens = self._check_length(len(prompt), requested)
+        max_tokens = self._check_length(len(prompt), requested, endpoint.max_tokens_param)
         n = wire.n or 1
         if n > self.limits.max_n:
             raise InvalidRequest(f"'n' must be at most {self.limits.max_n}", param="n")
-        request_id = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
+        request_id = f"{endpoint.id_prefix}{endpoint.id_separator}{uuid.uuid4().hex}"
         generation = GenerationRequest(
             request_id=request_id, prompt_token_ids=tuple(prompt),
             sampling=endpoint.sampling(wire, max_tokens=max_tokens, n=n, logprobs=logprobs_k,
@@ -188,7 +190,7 @@ class Serving:
                     generation=generation, stream=stream,
                     choices=[ChoiceState(i) for i in range(n)])
 
-    def _check_length(self, prompt_tokens: int, requested: int | None) -> int:
+    def _check_length(self, prompt_tokens: int, requested: int | None, param: str) -> int:
         limit = self.limits.max_model_len
         if prompt_tokens == 0:
             raise InvalidRequest("the prompt is empty", param="prompt")
@@ -202,8 +204,8 @@ class Serving:
             raise InvalidRequest(
                 f"This model's maximum context length is {limit} tokens. However, you "
                 f"requested {prompt_tokens + requested} tokens ({prompt_tokens} in the prompt, "
-                f"{requested} for the completion). Please reduce the prompt or max_tokens.",
-                param="max_tokens", code="context_length_exceeded")
+                f"{requested} for the completion). Please reduce the prompt or {param}.",
+                param=param, code="context_length_exceeded")
         return requested
 
     async def collect(self, call: Call) -> Finished:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice as ChatChoice
@@ -11,7 +13,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogpr
 
 from engines.events import Finished, TextDelta
 from engines.tokenizer import ChatTemplateError, ChatTemplateOptions, ChatTurn, Tokenizer
-from gateway.chat.protocol import ChatCompletionRequest, chat_logprobs
+from gateway.chat.protocol import ChatCompletionRequest, ChatMessage, chat_logprobs
 from gateway.endpoint import OpenAIEndpoint
 from gateway.protocol import usage
 from gateway.sampling import truncate_prompt
@@ -22,21 +24,28 @@ from service.serving import Call, ChoiceState
 _TEMPLATE_ROLE = {"developer": "system"}
 
 
+def render_messages(messages: Sequence[ChatMessage], tokenizer: Tokenizer,
+                    options: ChatTemplateOptions, *, param: str) -> list[int]:
+    """A conversation through the model's chat template: the one rendering of chat
+    messages, whichever endpoint they came from (``param`` names them in errors)."""
+    turns = [ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text()) for m in messages]
+    try:
+        return tokenizer.render_chat(turns, options)
+    except ChatTemplateError as e:
+        raise InvalidRequest(str(e), param=param) from e
+
+
 class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
     def prompt_token_ids(self, wire: ChatCompletionRequest,
                          tokenizer: Tokenizer, max_model_len: int) -> list[int]:
-        turns = [ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text()) for m in wire.messages]
         options = ChatTemplateOptions(
             add_generation_prompt=wire.add_generation_prompt,
             continue_final_message=wire.continue_final_message,
             add_special_tokens=bool(wire.add_special_tokens),  # vLLM's chat default: false
             variables=wire.template_kwargs())
-        try:
-            prompt = tokenizer.render_chat(turns, options)
-        except ChatTemplateError as e:
-            raise InvalidRequest(str(e), param="messages") from e
+        prompt = render_messages(wire.messages, tokenizer, options, param="messages")
         return truncate_prompt(wire, prompt, max_model_len)
 
     def sampling_extras(self, wire: ChatCompletionRequest) -> tuple[int | None, int | None]:

@@ -39,6 +39,8 @@ GENERATE = [("/v1/chat/completions", "POST", GenerationMode.POSITIVE),
             ("/v1/chat/completions", "POST", GenerationMode.NEGATIVE),
             ("/v1/completions", "POST", GenerationMode.POSITIVE),
             ("/v1/completions", "POST", GenerationMode.NEGATIVE),
+            ("/v1/responses", "POST", GenerationMode.POSITIVE),
+            ("/v1/responses", "POST", GenerationMode.NEGATIVE),
             ("/v1/models", "GET", GenerationMode.POSITIVE),  # no input to break
             ("/v1/models/{model_id}", "GET", GenerationMode.POSITIVE)]  # any string fits
 MODES = ["auto", "standard", "ngram", "eagle3", "dflash"]
@@ -118,6 +120,11 @@ def steered(draw: st.DrawFn, cases: st.SearchStrategy[Case]) -> Case:
                 message["content"] = "hi"
         if "prompt" in case.body:
             case.body.update(prompt="hi", echo=None, best_of=None)
+        if "input" in case.body:  # no stored state, no tools, no summaries or logprobs
+            for name in ("store", "background", "previous_response_id", "conversation",
+                         "prompt", "truncation", "top_logprobs", "tools", "tool_choice",
+                         "reasoning", "include"):
+                case.body.pop(name, None)
     if case.headers:
         case.headers.pop("x-workload-class", None)
         if "x-spec-mode" in case.headers:
