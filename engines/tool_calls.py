@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -78,21 +79,38 @@ def call_id() -> str:
 
 
 class ToolCallParser:
-    """vLLM's tool-call parser class of one name, with the model's tokenizer."""
+    """vLLM's tool-call parser class of one name, with the model's tokenizer.
+
+    vLLM (seconds to import) is loaded by ``load``, which the gateway's start-up
+    calls so that a wrong name fails there, or else by the first request with tools.
+    """
 
     def __init__(self, name: str, tokenizer: Any) -> None:
-        from vllm.tool_parsers import ToolParserManager
-
-        try:
-            self._cls = ToolParserManager.get_tool_parser(name)
-        except KeyError:
-            known = ", ".join(ToolParserManager.list_registered())
-            raise ValueError(f"tool_call_parser {name!r} is not one of vLLM's: {known}") from None
         self.name = name
         self._tokenizer = tokenizer
+        self._cls: Any = None
+
+    def load(self) -> None:
+        if self._cls is not None:
+            return
+        # Everything this module uses of vLLM is imported here, once; its own
+        # import-time warnings are not ours.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import vllm.tool_parsers.streaming
+            import vllm.tool_parsers.utils  # noqa: F401
+            from vllm.tool_parsers import ToolParserManager
+
+            try:
+                self._cls = ToolParserManager.get_tool_parser(self.name)
+            except KeyError:
+                known = ", ".join(ToolParserManager.list_registered())
+                raise ValueError(f"tool_call_parser {self.name!r} is not one of vLLM's: "
+                                 f"{known}") from None
 
     def session(self, request: ToolsRequest) -> ToolCallSession:
         """Raises ``ValueError`` for tools vLLM cannot build a schema from."""
+        self.load()
         return ToolCallSession(self._cls, self._tokenizer, request)
 
 
@@ -112,8 +130,8 @@ class ToolCallSession:
             self.vllm_request = ChatCompletionRequest(
                 model="-", messages=[], tools=[dict(t) for t in request.tools],
                 tool_choice=choice, parallel_tool_calls=request.parallel_tool_calls)
-            schema = get_json_schema_from_tools(self.vllm_request.tool_choice,
-                                                self.vllm_request.tools,
+            vllm_request: Any = self.vllm_request
+            schema = get_json_schema_from_tools(vllm_request.tool_choice, vllm_request.tools,
                                                 request.parallel_tool_calls)
         except Exception as e:  # vLLM's validation errors: the tools as given are unusable
             raise ValueError(str(e)) from e
@@ -239,7 +257,8 @@ class ToolCallStream:
                 previous_text=previous, current_text=self._text, tool_call_idx=None,
                 tool_call_id_type="random")
             return message
-        return self._parser.extract_tool_calls_streaming(
+        parser: Any = self._parser
+        return parser.extract_tool_calls_streaming(
             previous, self._text, text, previous_ids, list(self._token_ids), list(token_ids),
             self._session.vllm_request)
 
