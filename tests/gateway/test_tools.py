@@ -21,7 +21,7 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
     "type": "object", "properties": {"zone": {"type": "string"}}}}}
-ASK = [{"role": "user", "content": "Weather in Paris?"}]
+ASK: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
 HERMES_REPLY = ('Let me check. <tool_call>\n{"name": "get_weather", "arguments": '
                 '{"city": "Paris"}}\n</tool_call>')
 
@@ -181,7 +181,7 @@ async def _stream(gateway: FakeGateway, mode: str, **fields: Any) -> tuple[Any, 
     client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="unused")
     calls: dict[int, dict[str, Any]] = {}
     content, finish = "", None
-    stream = await client.chat.completions.create(
+    stream: Any = await client.chat.completions.create(
         model=MODEL, messages=ASK, tools=[WEATHER, TIME], stream=True,  # type: ignore[list-item]
         extra_headers={"x-spec-mode": mode}, **fields)
     async for chunk in stream:
