@@ -21,7 +21,8 @@ from engines.base import EngineError
 from engines.events import Failed, Finished, TextDelta, TokenLogprob
 from engines.request import GenerationRequest, SamplingOptions
 from engines.tokenizer import Tokenizer
-from engines.tool_calls import ToolCallParser, ToolCallSession, ToolCallStream
+from engines.tool_call_stream import ToolCallStream
+from engines.tool_calls import ToolCallParser, ToolCallSession
 from service import keepalive
 from service.dispatch import Dispatcher, OpenStream
 from service.errors import EngineFailed, InvalidRequest, ModelNotFound, ServiceError

@@ -17,6 +17,7 @@ from engines.tokenizer import (
     Tokenizer,
     TurnToolCall,
 )
+from engines.tool_call_stream import ToolCallStream
 from engines.tool_calls import StreamDelta, ToolCallParser, ToolCallSession
 from gateway.chat.protocol import ChatCompletionRequest, ChatMessage, chat_logprobs
 from gateway.chat.tool_output import choice_delta, message_tool_calls
@@ -122,7 +123,7 @@ class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
                 chunks.append(ChunkChoice(index=state.index, delta=ChoiceDelta(content=delta.text),
                                           logprobs=logprobs, finish_reason=None))
         else:
-            stream = state.tool_stream = state.tool_stream or call.tools.stream()
+            stream = state.tool_stream = state.tool_stream or ToolCallStream(call.tools)
             found = stream.feed(delta.text, delta.token_ids)
             if found is not None or logprobs is not None:
                 chunks.append(ChunkChoice(
