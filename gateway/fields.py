@@ -62,15 +62,16 @@ def _refused(reason: str, *neutral: object, endpoints: tuple[Endpoint, ...] = BO
 
 
 _TEXT_ONLY = "the served model is text-only"
-_NO_TOOL_PARSER = ("no tool-call parser is configured on this gateway, so tool calls could "
-                   "not be returned as 'tool_calls'")
+_LEGACY_FUNCTIONS = ("OpenAI's deprecated form of tools (vLLM does not take it either); send "
+                     "'tools' and 'tool_choice'")
 _NO_STRUCTURED = ("structured output (guided decoding) is not offered by this gateway: "
                   "its engines run with no output constraints")
 
 FIELDS: Mapping[str, FieldRule] = {
     # -- the prompt and the model ---------------------------------------------------
     "model": _gateway("must name the served model (404 otherwise)"),
-    "messages": _gateway("rendered by the model's chat template; text content only", CHAT),
+    "messages": _gateway("rendered by the model's chat template; text content only; "
+                         "assistant 'tool_calls' and 'tool' results included", CHAT),
     "prompt": _gateway("one prompt, text or token ids (batched prompts are refused)",
                        COMPLETIONS),
     "suffix": _refused("fill-in-the-middle is not supported: the gateway renders prompts "
@@ -148,9 +149,15 @@ FIELDS: Mapping[str, FieldRule] = {
     "vllm_xargs": _refused("no custom logits processors or extensions are installed on the "
                            "engines", None),
     # -- tools and reasoning -----------------------------------------------------------
-    "tools": _refused(_NO_TOOL_PARSER, None, endpoints=CHAT),
-    "tool_choice": _refused(_NO_TOOL_PARSER, None, "none", endpoints=CHAT),
-    "parallel_tool_calls": _ignored("no tools are offered", CHAT),
+    "tools": _gateway("functions offered to the model through its chat template; its calls "
+                      "come back as 'tool_calls', read by vLLM's tool-call parser "
+                      "(tool_call_parser; without one, a 400)", CHAT),
+    "tool_choice": _gateway("none, auto (the default with tools: the parser reads free "
+                            "text), required or a named function (the output is "
+                            "constrained to vLLM's JSON schema for them, on every mode)",
+                            CHAT),
+    "parallel_tool_calls": _gateway("false: tool_choice required returns at most one call "
+                                    "(vLLM's maxItems 1); auto is not limited", CHAT),
     "include_reasoning": _ignored("no reasoning parser is configured: replies carry no "
                                   "separate reasoning", CHAT),
     # -- streaming and the response ----------------------------------------------------
@@ -183,8 +190,8 @@ FIELDS: Mapping[str, FieldRule] = {
     "verbosity": _ignored("the served model takes no verbosity setting", CHAT, vllm=False),
     "modalities": _gateway("only [\"text\"]", CHAT, vllm=False),
     "best_of": _gateway("must equal n (no server-side best-of)", COMPLETIONS, vllm=False),
-    "functions": _refused(_NO_TOOL_PARSER, None, endpoints=CHAT, vllm=False),
-    "function_call": _refused(_NO_TOOL_PARSER, None, "none", endpoints=CHAT, vllm=False),
+    "functions": _refused(_LEGACY_FUNCTIONS, None, endpoints=CHAT, vllm=False),
+    "function_call": _refused(_LEGACY_FUNCTIONS, None, "none", endpoints=CHAT, vllm=False),
     "audio": _refused(_TEXT_ONLY, None, endpoints=CHAT, vllm=False),
     "prediction": _refused("predicted outputs are not supported", None, endpoints=CHAT,
                            vllm=False),

@@ -14,6 +14,7 @@ from engines.base import Engine
 from engines.engine_spec import EngineSpec
 from engines.remote import RemoteVllmEngine
 from engines.tokenizer import HfTokenizer
+from engines.tool_calls import ToolCallParser
 from service.dispatch import ModeInfo
 from service.runtime import Components
 from service.settings import EMBEDDED_DRAFTER_PREFIX, ModeSettings, Settings
@@ -33,15 +34,22 @@ def served_model_name(settings: Settings) -> str:
 
 async def load_components(settings: Settings) -> Components:
     drafters: dict[str, str] = {}
+    chat_template = settings.chat_template.read_text() if settings.chat_template else None
+    tool_template = None
     if settings.model is None:
-        from engines.embedded import prepare_embedded
+        from engines.embedded import TOOL_CHAT_TEMPLATE, prepare_embedded
 
         embedded = await asyncio.to_thread(prepare_embedded, settings.cache_dir, log.info)
         model_dir = str(embedded.target_dir)
         drafters = {"eagle3": str(embedded.eagle3_dir), "dflash": str(embedded.dflash_dir)}
+        # SmolLM2's own template has no tools; an operator's template replaces both.
+        tool_template = None if chat_template else TOOL_CHAT_TEMPLATE.read_text()
     else:
         model_dir = settings.model
-    tokenizer = await asyncio.to_thread(HfTokenizer, model_dir)
+    tokenizer = await asyncio.to_thread(HfTokenizer, model_dir, chat_template, tool_template)
+    tool_parser = _tool_parser(settings, tokenizer)
+    if tool_parser is not None:
+        await asyncio.to_thread(tool_parser.load)  # a wrong name fails the start-up
     modes = settings.resolved_modes()
     engines: dict[str, Engine] = {}
     info: dict[str, ModeInfo] = {}
@@ -75,7 +83,12 @@ async def load_components(settings: Settings) -> Components:
         _share_devices(engines, info)
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
                       engines=engines, max_model_len=settings.max_model_len, mode_info=info,
-                      closers=[client.aclose])
+                      closers=[client.aclose], tool_parser=tool_parser)
+
+
+def _tool_parser(settings: Settings, tokenizer: HfTokenizer) -> ToolCallParser | None:
+    name = settings.resolved_tool_call_parser()
+    return None if name is None else ToolCallParser(name, tokenizer.hf_tokenizer)
 
 
 def _all_cores(cpus: int) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from engines.base import Engine
 from engines.supervisor import EngineSupervisor, start_within
 from engines.tokenizer import Tokenizer
+from engines.tool_calls import ToolCallParser
 from policies.base import Policy
 from policies.bounded import bounded, stop_tasks
 from policies.shared_state import SharedPolicyState
@@ -49,6 +50,8 @@ class Components:
     mode_info: Mapping[str, ModeInfo] = field(default_factory=dict)
     # Shared resources to release after the engines (e.g. the remote engines' client).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Reads tool calls out of generated text; None: requests with tools are refused.
+    tool_parser: ToolCallParser | None = None
 
 
 ComponentsLoader = Callable[[], Awaitable[Components]]
@@ -164,7 +167,8 @@ class Runtime:
                                     move_observers=self.move_observers,
                                     containment=self.containment)
             self.state.load_provider = lambda: self.replica_load(dispatcher)
-            self._serving = Serving(dispatcher, self.model_name, limits, components.tokenizer)
+            self._serving = Serving(dispatcher, self.model_name, limits, components.tokenizer,
+                                    components.tool_parser)
             # One at a time: each vLLM engine sizes itself against the memory
             # that is free when it starts.
             for name, engine in components.engines.items():

@@ -21,6 +21,8 @@ from engines.base import EngineError
 from engines.events import Failed, Finished, TextDelta, TokenLogprob
 from engines.request import GenerationRequest, SamplingOptions
 from engines.tokenizer import Tokenizer
+from engines.tool_call_stream import ToolCallStream
+from engines.tool_calls import ToolCallParser, ToolCallSession
 from service import keepalive
 from service.dispatch import Dispatcher
 from service.errors import EngineFailed, InvalidRequest, ModelNotFound, ServiceError
@@ -66,6 +68,11 @@ class Endpoint(ABC, Generic[W]):
     def sampling(self, wire: W, *, max_tokens: int, n: int, logprobs: int | None,
                  vocab_size: int) -> SamplingOptions: ...
 
+    def tool_calls(self, wire: W, parser: ToolCallParser | None) -> ToolCallSession | None:
+        """The request's tools (its output is read back as tool calls), or None; raises
+        ``InvalidRequest`` for tools this gateway cannot serve."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class RoutingHeaders:
@@ -94,6 +101,8 @@ class ChoiceState:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     chars_sent: int = 0
     opened: bool = False
+    # With tools: this choice's text read as tool calls while it streams.
+    tool_stream: ToolCallStream | None = None
 
     def add(self, delta: TextDelta) -> None:
         self.text.append(delta.text)
@@ -115,6 +124,7 @@ class Call:
     generation: GenerationRequest
     stream: OpenStream
     choices: list[ChoiceState]
+    tools: ToolCallSession | None = None
 
     def tokens_so_far(self) -> tuple[int, int]:
         """(prompt tokens, completion tokens streamed so far)."""
@@ -143,9 +153,10 @@ ENDED_EARLY = "the engine stream ended without finishing"
 
 class Serving:
     def __init__(self, dispatcher: Dispatcher, model_name: str, limits: Limits,
-                 tokenizer: Tokenizer) -> None:
+                 tokenizer: Tokenizer, tool_parser: ToolCallParser | None = None) -> None:
         self.dispatcher = dispatcher
         self.tokenizer = tokenizer
+        self.tool_parser = tool_parser
         self.model_name = model_name
         self.limits = limits
 
@@ -165,6 +176,7 @@ class Serving:
                                 code="model_not_found")
         hints = self.dispatcher.hints(headers.spec_mode, headers.workload_class,
                                       (wire.metadata or {}).get("workload_class"))
+        tools = endpoint.tool_calls(wire, self.tool_parser)
         prompt = endpoint.prompt_token_ids(wire, self.tokenizer, self.limits.max_model_len)
         requested, logprobs_k = endpoint.sampling_extras(wire)
         max_tokens = self._check_length(len(prompt), requested, endpoint.max_tokens_param)
@@ -172,10 +184,12 @@ class Serving:
         if n > self.limits.max_n:
             raise InvalidRequest(f"'n' must be at most {self.limits.max_n}", param="n")
         request_id = f"{endpoint.id_prefix}{endpoint.id_separator}{uuid.uuid4().hex}"
+        sampling = endpoint.sampling(wire, max_tokens=max_tokens, n=n, logprobs=logprobs_k,
+                                     vocab_size=self.tokenizer.vocab_size)
+        if tools is not None:  # tool_choice required / named: the output is constrained
+            sampling = tools.adjust(sampling)
         generation = GenerationRequest(
-            request_id=request_id, prompt_token_ids=tuple(prompt),
-            sampling=endpoint.sampling(wire, max_tokens=max_tokens, n=n, logprobs=logprobs_k,
-                                       vocab_size=self.tokenizer.vocab_size),
+            request_id=request_id, prompt_token_ids=tuple(prompt), sampling=sampling,
             cache_salt=wire.cache_salt)
         hints = replace(hints, workload_class=request_class(
             hints.workload_class, generation, self.tokenizer,
@@ -188,7 +202,7 @@ class Serving:
             raise EngineFailed(stream.first.message, retryable=stream.first.retryable)
         return Call(id=request_id, created=int(time.time()), model=self.model_name, wire=wire,
                     generation=generation, stream=stream,
-                    choices=[ChoiceState(i) for i in range(n)])
+                    choices=[ChoiceState(i) for i in range(n)], tools=tools)
 
     def _check_length(self, prompt_tokens: int, requested: int | None, param: str) -> int:
         limit = self.limits.max_model_len

@@ -142,6 +142,14 @@ class Settings(BaseSettings):
     model: str | None = Field(None, description="model directory; absent = embedded "
                                                 "SmolLM2-135M-Instruct")
     served_model_name: str | None = None
+    chat_template: Path | None = Field(None, description="a Jinja chat template file used "
+                                       "instead of the model's own (e.g. one that renders "
+                                       "tools); absent = the model's own")
+    tool_call_parser: str | None = Field(
+        None, min_length=1, max_length=64, description="vLLM's tool-call parser that reads "
+        "tool calls out of generated text (vLLM's --tool-call-parser names); absent = "
+        "'hermes' for the embedded model, none for a model of your own; 'none' = no tools "
+        "(requests with tools get 400)")
     cache_dir: Path = Field(Path.home() / ".cache" / "specgate",
                             description="where the embedded model and drafters are prepared")
     modes: dict[str, ModeSettings] | None = Field(
@@ -218,6 +226,13 @@ class Settings(BaseSettings):
                                  f"and not be {AUTO!r}")
         return modes
 
+    @field_validator("chat_template")
+    @classmethod
+    def _template_readable(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"chat_template: no such file: {path}")
+        return path
+
     @field_validator("api_keys", "public_endpoints", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -256,6 +271,13 @@ class Settings(BaseSettings):
         if self.api_keys_file is not None:
             keys.extend(read_key_file(self.api_keys_file))
         return keys
+
+    def resolved_tool_call_parser(self) -> str | None:
+        if self.tool_call_parser == "none":
+            return None
+        if self.tool_call_parser is None:
+            return "hermes" if self.model is None else None
+        return self.tool_call_parser
 
     def resolved_dtype(self) -> DType:
         if self.dtype is not None:

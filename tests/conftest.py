@@ -11,6 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
+from engines.tool_calls import ToolCallParser
 from gateway.app import create_app
 from policies.base import Policy
 from policies.store.base import PolicyStore
@@ -59,9 +60,12 @@ def fake_engines(token_delay_s: float = 0.0) -> dict[str, FakeEngine]:
 
 async def serve(engines: dict[str, FakeEngine], max_model_len: int = 512,
                 settings: Settings | None = None, store: PolicyStore | None = None,
-                policy: Policy | None = None) -> AsyncIterator[FakeGateway]:
-    components = Components(model_name=MODEL, tokenizer=FakeTokenizer(), engines=engines,
-                            max_model_len=max_model_len, mode_info=FAKE_MODE_INFO)
+                policy: Policy | None = None, tools: bool = True) -> AsyncIterator[FakeGateway]:
+    tokenizer = FakeTokenizer()
+    # vLLM's own hermes parser, loaded (vLLM imported) by the first request with tools.
+    components = Components(model_name=MODEL, tokenizer=tokenizer, engines=engines,
+                            max_model_len=max_model_len, mode_info=FAKE_MODE_INFO,
+                            tool_parser=ToolCallParser("hermes", tokenizer) if tools else None)
     app = create_app(settings or Settings(policy={"name": "rule"}),  # type: ignore[arg-type]
                      components=components, store=store, policy=policy)
     port = free_port()

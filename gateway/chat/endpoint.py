@@ -12,9 +12,19 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
 
 from engines.events import Finished, TextDelta
-from engines.tokenizer import ChatTemplateError, ChatTemplateOptions, ChatTurn, Tokenizer
+from engines.tokenizer import (
+    ChatTemplateError,
+    ChatTemplateOptions,
+    ChatTurn,
+    Tokenizer,
+    TurnToolCall,
+)
+from engines.tool_call_stream import ToolCallStream
+from engines.tool_calls import StreamDelta, ToolCallParser, ToolCallSession
 from gateway.chat.protocol import ChatCompletionRequest, ChatMessage, chat_logprobs
+from gateway.chat.tool_output import choice_delta, message_tool_calls
 from gateway.endpoint import OpenAIEndpoint
+from gateway.fields import UNSUPPORTED
 from gateway.protocol import usage
 from gateway.sampling import truncate_prompt
 from service.errors import InvalidRequest
@@ -28,15 +38,36 @@ def render_messages(messages: Sequence[ChatMessage], tokenizer: Tokenizer,
                     options: ChatTemplateOptions, *, param: str) -> list[int]:
     """A conversation through the model's chat template: the one rendering of chat
     messages, whichever endpoint they came from (``param`` names them in errors)."""
-    turns = [ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text()) for m in messages]
+    turns = [_turn(m) for m in messages]
     try:
         return tokenizer.render_chat(turns, options)
     except ChatTemplateError as e:
         raise InvalidRequest(str(e), param=param) from e
 
 
+def _turn(m: ChatMessage) -> ChatTurn:
+    calls = tuple(TurnToolCall(c.id, c.function.name, c.function.arguments)
+                  for c in m.tool_calls or ())
+    return ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text(), calls, m.tool_call_id)
+
+
 class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
+
+    def tool_calls(self, wire: ChatCompletionRequest,
+                   parser: ToolCallParser | None) -> ToolCallSession | None:
+        request = wire.tools_request()
+        if request is None:
+            return None
+        if parser is None:
+            raise InvalidRequest("'tools' is not supported here: no tool-call parser is "
+                                 "configured on this gateway (tool_call_parser), so tool "
+                                 "calls could not be returned as 'tool_calls'",
+                                 param="tools", code=UNSUPPORTED)
+        try:
+            return parser.session(request)
+        except ValueError as e:  # vLLM cannot build the schema of these tools
+            raise InvalidRequest(f"tools: {e}", param="tools") from e
 
     def prompt_token_ids(self, wire: ChatCompletionRequest,
                          tokenizer: Tokenizer, max_model_len: int) -> list[int]:
@@ -44,7 +75,9 @@ class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
             add_generation_prompt=wire.add_generation_prompt,
             continue_final_message=wire.continue_final_message,
             add_special_tokens=bool(wire.add_special_tokens),  # vLLM's chat default: false
-            variables=wire.template_kwargs())
+            variables=wire.template_kwargs(),
+            # Offered even with tool_choice "none", as vLLM does by default.
+            tools=[t.model_dump(exclude_none=True) for t in wire.tools] if wire.tools else None)
         prompt = render_messages(wire.messages, tokenizer, options, param="messages")
         return truncate_prompt(wire, prompt, max_model_len)
 
@@ -56,13 +89,22 @@ class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
         return ChatCompletion(
             id=call.id, object="chat.completion", created=call.created, model=call.model,
             system_fingerprint=None,
-            choices=[ChatChoice(
-                index=c.index,
-                message=ChatCompletionMessage(role="assistant", content="".join(c.text),
-                                              refusal=None),
-                logprobs=chat_logprobs(c.logprobs) if logprobs else None,
-                finish_reason=c.finish_reason or "stop") for c in call.choices],
+            choices=[self._choice(call.tools, c, logprobs) for c in call.choices],
             usage=usage(finished.prompt_tokens, finished.completion_tokens))
+
+    @staticmethod
+    def _choice(tools: ToolCallSession | None, c: ChoiceState, logprobs: bool) -> ChatChoice:
+        text, finish = "".join(c.text), c.finish_reason or "stop"
+        message = ChatCompletionMessage(role="assistant", content=text, refusal=None)
+        if tools is not None:
+            found = tools.extract(text)
+            finish = tools.finish_reason(finish, bool(found.calls))
+            message = ChatCompletionMessage(
+                role="assistant", content=found.content, refusal=None,
+                **({"tool_calls": message_tool_calls(found.calls)} if found.calls else {}))
+        return ChatChoice(index=c.index, message=message,
+                          logprobs=chat_logprobs(c.logprobs) if logprobs else None,
+                          finish_reason=finish)
 
     def chunk(self, call: Call, choices: list[ChunkChoice],
               usage: CompletionUsage | None, with_usage: bool) -> ChatCompletionChunk:
@@ -81,14 +123,28 @@ class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
             chunks.append(ChunkChoice(index=state.index,
                                       delta=ChoiceDelta(role="assistant", content=""),
                                       logprobs=None, finish_reason=None))
-        if delta.text or delta.logprobs:
-            state.chars_sent += len(delta.text)
-            chunks.append(ChunkChoice(
-                index=state.index, delta=ChoiceDelta(content=delta.text),
-                logprobs=ChunkLogprobs.model_validate(chat_logprobs(list(delta.logprobs)))
-                if delta.logprobs else None,
-                finish_reason=None))
+        logprobs = ChunkLogprobs.model_validate(chat_logprobs(list(delta.logprobs))) \
+            if delta.logprobs else None
+        state.chars_sent += len(delta.text)
+        finish = state.finish_reason
+        if call.tools is None:
+            if delta.text or delta.logprobs:
+                chunks.append(ChunkChoice(index=state.index, delta=ChoiceDelta(content=delta.text),
+                                          logprobs=logprobs, finish_reason=None))
+        else:
+            stream = state.tool_stream = state.tool_stream or ToolCallStream(call.tools)
+            found = stream.feed(delta.text, delta.token_ids)
+            if found is not None or logprobs is not None:
+                chunks.append(ChunkChoice(
+                    index=state.index, delta=choice_delta(found or StreamDelta(None, ())),
+                    logprobs=logprobs, finish_reason=None))
+            rest = stream.finish() if delta.finish_reason is not None else None
+            if rest is not None:
+                chunks.append(ChunkChoice(index=state.index, delta=choice_delta(rest),
+                                          logprobs=None, finish_reason=None))
+            if finish is not None:
+                finish = call.tools.finish_reason(finish, stream.called)
         if delta.finish_reason is not None:
             chunks.append(ChunkChoice(index=state.index, delta=ChoiceDelta(), logprobs=None,
-                                      finish_reason=state.finish_reason))
+                                      finish_reason=finish))
         return chunks

@@ -6,6 +6,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, JsonValue, field_validator, model_validator
 
+from engines.tool_calls import ToolsRequest
+from gateway.chat.tools import ToolCalls, ToolChoice, Tools, tools_request
 from gateway.fields import Endpoint
 from gateway.protocol import Name, SamplingFields, Text, User, WireModel
 
@@ -16,14 +18,20 @@ class TextPart(WireModel):
 
 
 class ChatMessage(WireModel):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
     name: Name | None = None
+    tool_calls: ToolCalls | None = None      # assistant: the calls it made
+    tool_call_id: Name | None = None         # tool: the call this result answers
 
     @model_validator(mode="after")
     def _content_required(self) -> ChatMessage:
         if self.content is None and self.role != "assistant":
             raise ValueError(f"a '{self.role}' message needs 'content'")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only an assistant message has 'tool_calls'")
+        if (self.tool_call_id is None) == (self.role == "tool"):
+            raise ValueError("a 'tool' message needs 'tool_call_id', and only it has one")
         return self
 
     def text(self) -> str:
@@ -66,9 +74,12 @@ class ChatCompletionRequest(SamplingFields):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh",
                               "max"] | None = None
     modalities: list[Literal["text"]] | None = Field(None, max_length=4)
+    # Tools (gateway/chat/tools.py): checked against each other in tools().
+    tools: Tools | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     # Accepted for SDK compatibility; they change nothing here (gateway/fields.py).
     store: bool | None = None
-    parallel_tool_calls: bool | None = None
     include_reasoning: bool = True
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     prompt_cache_key: User | None = None
@@ -105,6 +116,13 @@ class ChatCompletionRequest(SamplingFields):
             # Templates that need an explicit opt-in to think (vLLM does the same).
             kwargs.setdefault("enable_thinking", self.reasoning_effort != "none")
         return kwargs
+
+    def tools_request(self) -> ToolsRequest | None:
+        """What the request asks of tools; a 400 naming the field for one that cannot
+        be served (a tool_choice naming no declared function...)."""
+        constrained = bool(self.structured_outputs and self.structured_outputs.kinds())
+        return tools_request(self.tools, self.tool_choice, self.parallel_tool_calls,
+                             constrained)
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None \

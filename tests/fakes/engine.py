@@ -8,6 +8,7 @@ exercise the gateway's real code paths without a model.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
@@ -40,19 +41,31 @@ class FakeTokenizer:
     def render_chat(self, turns: Sequence[ChatTurn],
                     options: ChatTemplateOptions | None = None) -> list[int]:
         options = options or ChatTemplateOptions()
-        text = "".join(f"<{t.role}>{t.content}\n" for t in turns)
+        # Tools and tool turns as a Hermes-style template writes them.
+        text = "".join(f"<tools>{json.dumps(t)}</tools>\n" for t in options.tools or ())
+        text += "".join(self._turn(t) for t in turns)
         if options.continue_final_message:
             text = text.removesuffix("\n")
         elif options.add_generation_prompt:
             text += "<assistant>"
         return self.encode(text, options.add_special_tokens)
 
+    @staticmethod
+    def _turn(t: ChatTurn) -> str:
+        message = t.template_message()
+        calls = "".join(f"<tool_call>{json.dumps(c['function'])}</tool_call>"
+                        for c in message.get("tool_calls", ()))
+        role = f"{t.role}:{t.tool_call_id}" if t.tool_call_id else t.role
+        return f"<{role}>{t.content}{calls}\n"
+
     def decode(self, token_ids: Sequence[int]) -> str:
         return "".join(chr(i) for i in token_ids)
 
 
 class FakeEngine(Engine):
-    """Emits words from ``WORDS`` (one token each) until ``max_tokens`` or a stop string."""
+    """Emits words from ``WORDS`` (one token each) until ``max_tokens`` or a stop string;
+    told a ``reply``, it emits that text instead (a few characters a token), ending
+    ``stop`` when it is all out, as a model's end-of-sequence would."""
 
     def __init__(self, mode: str, *, speculative: bool = False, acceptance: float = 0.5,
                  token_delay_s: float = 0.0, fail_after_tokens: int | None = None,
@@ -75,6 +88,7 @@ class FakeEngine(Engine):
         # A request that asks for all of these fields kills the engine (as one top_k
         # request killed vLLM 0.32's CPU speculative engines).
         self.killed_by: frozenset[str] | None = None
+        self.reply: str | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -146,6 +160,10 @@ class FakeEngine(Engine):
                 self.aborted.append(request.request_id)
 
     async def _choice(self, request: GenerationRequest, index: int) -> AsyncIterator[TextDelta]:
+        if self.reply is not None:
+            async for delta in self._reply(request, index, self.reply):
+                yield delta
+            return
         o = request.sampling
         text = ""
         # A prompt that ends in this engine's own output (a moved request's continuation)
@@ -169,6 +187,17 @@ class FakeEngine(Engine):
                             for r, w in enumerate(WORDS[:o.logprobs]))
                 logprobs = (TokenLogprob(word, -0.1, tuple(word.encode()), top),)
             yield TextDelta(index, word, (1000 + i,), logprobs, "length" if last else None)
+
+    async def _reply(self, request: GenerationRequest, index: int,
+                     reply: str) -> AsyncIterator[TextDelta]:
+        pieces = [reply[i:i + 3] for i in range(0, len(reply), 3)]
+        o = request.sampling
+        for i, piece in enumerate(pieces[:o.max_tokens]):
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+            end = "stop" if i == len(pieces) - 1 else "length" if i == o.max_tokens - 1 \
+                else None
+            yield TextDelta(index, piece, (1000 + i,), None, end)
 
     def _observe(self, tokens: int) -> SpecDecodeSummary | None:
         if not self.speculative or tokens == 0:

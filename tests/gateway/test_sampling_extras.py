@@ -124,7 +124,7 @@ async def test_access_log_names_the_error_never_the_body(
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         r = await gateway.client.post(CHAT, json={
             "model": MODEL, "messages": [{"role": "user", "content": secret}],
-            "tools": [{"type": "function", "function": {"name": secret}}]})
+            "functions": [{"name": secret}]})
         ok = await gateway.client.post(CHAT, json={"model": MODEL, "messages": MESSAGES,
                                                    "max_tokens": 1})
     assert r.status_code == 400 and ok.status_code == 200
@@ -132,7 +132,7 @@ async def test_access_log_names_the_error_never_the_body(
     refused = [line for line in lines if '" 400 ' in line]
     assert len(refused) == 1, lines
     assert '"POST /v1/chat/completions HTTP/1.1" 400' in refused[0]
-    assert "type=invalid_request_error code=unsupported_parameter param=tools" in refused[0]
+    assert "type=invalid_request_error code=unsupported_parameter param=functions" in refused[0]
     assert any('" 200 ' in line and "code=" not in line for line in lines), lines
     assert not any(secret in line for line in lines)
     assert not any(secret in rec.getMessage() for rec in caplog.records)

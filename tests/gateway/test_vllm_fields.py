@@ -93,6 +93,7 @@ SAMPLES: dict[str, Any] = {
     "bad_words": ["hello world"], "skip_special_tokens": False,
     "spaces_between_special_tokens": False, "top_logprobs": 2, "length_penalty": 0.5,
     "watermarking": False, "response_format": {"type": "text"}, "parallel_tool_calls": False,
+    "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none",
     "structured_outputs": {"choice": ["yes", "no"]},
     "include_reasoning": False, "stream": False, "return_token_offsets": True,
     "routed_experts_prompt_start": 3, "session_id": "s-1", "user": "u-1",

@@ -133,3 +133,21 @@ def test_config_check_prints_resolved_settings_and_masks_secrets(
     with pytest.raises(SystemExit) as exc:
         main(["config", "check", str(config)])
     assert "modes.x" in str(exc.value.code) and "num_speculative_tokens" in str(exc.value.code)
+
+
+def test_tool_call_parser_defaults_to_hermes_for_the_embedded_model_only(
+        tmp_path: Path) -> None:
+    assert Settings().resolved_tool_call_parser() == "hermes"
+    assert Settings(tool_call_parser="none").resolved_tool_call_parser() is None
+    own = str(tmp_path)
+    assert Settings(model=own).resolved_tool_call_parser() is None
+    assert Settings(model=own, tool_call_parser="llama3_json").resolved_tool_call_parser() == \
+        "llama3_json"
+
+
+def test_chat_template_must_be_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="chat_template"):
+        Settings(chat_template=tmp_path / "missing.jinja")
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages }}")
+    assert Settings(chat_template=template).chat_template == template
