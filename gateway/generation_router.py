@@ -95,12 +95,12 @@ async def _serve(runtime: RuntimeDep, endpoint: Endpoint[R], body: R, request: R
     serving = runtime.serving()
     call = await cancel_on_disconnect(request, serving.start(endpoint, body, routing))
     request.state.routing = call.stream.routing
-    headers = response_headers(call)
     if body.stream:
         # The background task closes the call even when the client leaves before
         # the body starts, which the body iterator alone would never notice.
         return StreamingResponse(sse(serving, call), media_type="text/event-stream",
-                                 headers=headers, background=BackgroundTask(call.stream.aclose))
+                                 headers=response_headers(call),
+                                 background=BackgroundTask(call.stream.aclose))
     finished = await cancel_on_disconnect(request, serving.collect(call))
     # The mode that served the end: a request moved mid-way (service/moves.py) reports
     # where it finished.
