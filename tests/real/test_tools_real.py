@@ -46,7 +46,8 @@ async def create(gw: RealGateway, mode: str, **fields: Any) -> Any:
     # array on until max_tokens cuts it.
     raw = await c.chat.completions.with_raw_response.create(
         model=gw.model, messages=fields.pop("messages", ASK), tools=TOOLS, temperature=0,
-        max_tokens=fields.pop("max_tokens", 120), parallel_tool_calls=False, extra_headers={"x-spec-mode": mode},
+        max_tokens=fields.pop("max_tokens", 120), parallel_tool_calls=False,
+        extra_headers={"x-spec-mode": mode},
         **fields)
     await c.close()
     if mode != "auto":
