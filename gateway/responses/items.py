@@ -72,8 +72,8 @@ class FunctionCallOutputItem(WireModel):
 
 
 def _item_type(data: Any) -> str | None:
-    kind = data.get("type", "message") if isinstance(data, dict) else \
-        getattr(data, "type", None) or "message"
+    kind = (data.get("type") if isinstance(data, dict) else getattr(data, "type", None)) \
+        or "message"
     return _TAGS.get(kind) if isinstance(kind, str) else None
 
 

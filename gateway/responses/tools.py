@@ -42,6 +42,8 @@ def chat_tool_choice(choice: ToolChoice | None) -> ChatToolChoice | None:
 def responses_tools_request(tools: list[FunctionTool] | None, choice: ToolChoice | None,
                             parallel_tool_calls: bool | None,
                             constrained: bool) -> ToolsRequest | None:
+    if not tools and choice == "auto":
+        choice = None  # "auto" with no tools asks for nothing (OpenAI accepts it)
     return tools_request(chat_tools(tools), chat_tool_choice(choice), parallel_tool_calls,
                          constrained)
 

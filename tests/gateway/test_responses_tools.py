@@ -173,3 +173,12 @@ async def test_streamed_text_without_a_call(gw: FakeGateway,
     assert events[-1].type == "response.incomplete"
     assert events[-1].response.output_text == " the quick"
     assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0]
+
+
+async def test_auto_without_tools_and_untyped_items_are_plain(gw: FakeGateway) -> None:
+    headers = reply(gw, "standard", None)
+    r = await gw.client.post("/v1/responses", headers=headers, json={
+        "model": MODEL, "tools": [], "tool_choice": "auto", "max_output_tokens": 2,
+        "input": [{"type": None, "role": "user", "content": "Hi"}]})
+    assert r.status_code == 200, r.text
+    assert [i["type"] for i in r.json()["output"]] == ["message"]
