@@ -15,5 +15,5 @@ from tests.real.conftest import RealGateway
 @pytest.mark.parametrize("script", client_scripts.SCRIPTS)
 def test_client_library_runs_unchanged(real_gateway: RealGateway, script: str) -> None:
     output = client_scripts.run(script, real_gateway.url + "/v1", real_gateway.model,
-                                timeout_s=900)
+                                timeout_s=600)
     assert output.rstrip().endswith(": ok"), output[-2000:]

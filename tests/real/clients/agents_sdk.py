@@ -28,42 +28,44 @@ from agents import (
 from openai import AsyncOpenAI
 from pydantic import Field
 
-CALLS: list[str] = []
 
+def weather_agent(model: Any, calls: list[str]) -> Agent[Any]:
+    """An agent whose tool records each call in ``calls``; the second call ends the run."""
 
-@function_tool
-def get_weather(city: Annotated[str, Field(max_length=24)]) -> str:
-    """The weather in a city now."""
-    CALLS.append(city)
-    return f"18C and sunny in {city}"
+    @function_tool
+    def get_weather(city: Annotated[str, Field(max_length=24)]) -> str:
+        """The weather in a city now."""
+        calls.append(city)
+        return f"18C and sunny in {city}"
 
+    def second_call_ends_the_run(_: RunContextWrapper[Any],
+                                 results: list[FunctionToolResult]) -> ToolsToFinalOutputResult:
+        done = len(calls) == 2
+        return ToolsToFinalOutputResult(is_final_output=done,
+                                        final_output=results[-1].output if done else None)
 
-def second_call_ends_the_run(_: RunContextWrapper[Any],
-                             results: list[FunctionToolResult]) -> ToolsToFinalOutputResult:
-    done = len(CALLS) % 2 == 0
-    return ToolsToFinalOutputResult(is_final_output=done,
-                                    final_output=results[-1].output if done else None)
+    return Agent(name="weather", instructions="Answer with the weather tool.",
+                 tools=[get_weather], model=model,
+                 # One call a turn, bounded strings: greedy decoding cannot run on.
+                 model_settings=ModelSettings(tool_choice="required", max_tokens=120,
+                                              temperature=0.0, parallel_tool_calls=False),
+                 reset_tool_choice=False, tool_use_behavior=second_call_ends_the_run)
 
 
 async def run(api: Literal["responses", "chat_completions"], model: Any,
               streamed: bool) -> None:
     set_default_openai_api(api)
-    agent = Agent(name="weather", instructions="Answer with the weather tool.",
-                  tools=[get_weather], model=model,
-                  # One call a turn, bounded strings: greedy decoding cannot run on.
-                  model_settings=ModelSettings(tool_choice="required", max_tokens=120,
-                                               temperature=0.0, parallel_tool_calls=False),
-                  reset_tool_choice=False, tool_use_behavior=second_call_ends_the_run)
-    before = len(CALLS)
+    calls: list[str] = []
+    agent = weather_agent(model, calls)
     if streamed:
         result: Any = Runner.run_streamed(agent, "What is the weather in Paris?", max_turns=3)
         async for _ in result.stream_events():
             pass
     else:
         result = await Runner.run(agent, "What is the weather in Paris?", max_turns=3)
-    print(f"{api} streamed={streamed}: tool called with {CALLS[before:]!r}, "
+    print(f"{api} streamed={streamed}: tool called with {calls!r}, "
           f"final output {result.final_output!r}")
-    check(len(CALLS) == before + 2, f"{api}: the tool was called twice")
+    check(len(calls) == 2, f"{api}: the tool was called twice")
     check(str(result.final_output).startswith("18C and sunny in"), f"{api}: tool output")
     items = [i.type for i in result.new_items]
     check(items == ["tool_call_item", "tool_call_output_item"] * 2, f"{api}: items {items}")

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from _target import check, target
 from langchain_openai import ChatOpenAI
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class GetWeather(BaseModel):
     """The weather in a city now."""
 
+    # No other keys, bounded strings: a small greedy model cannot run on.
+    model_config = ConfigDict(extra="forbid")
     city: str = Field(max_length=24, description="The city")
 
 
 class City(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     name: str = Field(max_length=24)
     country: str = Field(max_length=24)
 
