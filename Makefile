@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed-$(BACKEND)
 ARGS ?=
 
 LOAD_VENV ?= .venv-load
+CLIENTS_VENV ?= .venv-clients
 
 .PHONY: install serve prepare test test-fast lint bench soak loadtest clean train-drafters
 
@@ -22,8 +23,8 @@ prepare: install
 	$(VENV)/bin/specgate prepare
 
 # The whole suite: lint and types, the fast tier, and the real vLLM tier (which runs
-# guidellm unchanged against the gateway, hence the load tools' venv).
-test: install $(LOAD_VENV)/.installed
+# guidellm and client libraries unchanged against the gateway, hence their venvs).
+test: install $(LOAD_VENV)/.installed $(CLIENTS_VENV)/.installed
 	$(VENV)/bin/ruff check gateway service engines policies sim training tests bench
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
@@ -117,5 +118,13 @@ $(LOAD_VENV)/.installed:
 		guidellm==0.8.1 aiperf==0.13.0
 	touch $@
 
+# Client libraries the real tier drives unchanged (tests/real/clients/): their own venv,
+# so that their pins (openai, pydantic, httpx, ...) never move the gateway's.
+$(CLIENTS_VENV)/.installed:
+	python3 -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/python -m pip install --progress-bar off openai-agents==0.24.0 \
+		langchain-openai==1.7.4 litellm==1.110.2
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(LOAD_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOAD_VENV) $(CLIENTS_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -24,7 +24,8 @@ SLOW_S = 300.0
 REAL_S = 900.0
 
 _TESTS = Path(__file__).parent
-_SLOW = ("sim", "deploy", "gateway/test_fuzz_openapi.py", "gateway/test_hostile_input.py")
+_SLOW = ("sim", "deploy", "gateway/test_fuzz_openapi.py", "gateway/test_hostile_input.py",
+         "gateway/test_clients_fake.py")
 
 
 def tier_timeout(item: pytest.Item) -> float:

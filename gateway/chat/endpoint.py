@@ -23,8 +23,8 @@ from engines.tool_call_stream import ToolCallStream
 from engines.tool_calls import StreamDelta, ToolCallParser, ToolCallSession
 from gateway.chat.protocol import ChatCompletionRequest, ChatMessage, chat_logprobs
 from gateway.chat.tool_output import choice_delta, message_tool_calls
+from gateway.chat.tools import tool_session
 from gateway.endpoint import OpenAIEndpoint
-from gateway.fields import UNSUPPORTED
 from gateway.protocol import usage
 from gateway.sampling import truncate_prompt
 from service.errors import InvalidRequest
@@ -56,18 +56,7 @@ class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
 
     def tool_calls(self, wire: ChatCompletionRequest,
                    parser: ToolCallParser | None) -> ToolCallSession | None:
-        request = wire.tools_request()
-        if request is None:
-            return None
-        if parser is None:
-            raise InvalidRequest("'tools' is not supported here: no tool-call parser is "
-                                 "configured on this gateway (tool_call_parser), so tool "
-                                 "calls could not be returned as 'tool_calls'",
-                                 param="tools", code=UNSUPPORTED)
-        try:
-            return parser.session(request)
-        except ValueError as e:  # vLLM cannot build the schema of these tools
-            raise InvalidRequest(f"tools: {e}", param="tools") from e
+        return tool_session(wire.tools_request(), parser)
 
     def prompt_token_ids(self, wire: ChatCompletionRequest,
                          tokenizer: Tokenizer, max_model_len: int) -> list[int]:

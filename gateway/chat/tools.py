@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, StringConstraints
 
-from engines.tool_calls import ToolChoiceMode, ToolsRequest
+from engines.tool_calls import ToolCallParser, ToolCallSession, ToolChoiceMode, ToolsRequest
+from gateway.fields import UNSUPPORTED
 from gateway.wire_types import Name, Text, WireModel
 from service.errors import InvalidRequest
 
@@ -85,3 +86,19 @@ def tools_request(tools: list[ChatTool] | None, choice: ToolChoice | None,
                              "output constraint", param="tool_choice")
     return ToolsRequest(tuple(t.model_dump(exclude_none=True) for t in tools), mode, function,
                         parallel_tool_calls)
+
+
+def tool_session(request: ToolsRequest | None,
+                 parser: ToolCallParser | None) -> ToolCallSession | None:
+    """The session that constrains a request's output and reads it back as tool calls
+    (None without tools), whichever endpoint asked; a 400 for tools that cannot be served."""
+    if request is None:
+        return None
+    if parser is None:
+        raise InvalidRequest("'tools' is not supported here: no tool-call parser is "
+                             "configured on this gateway (tool_call_parser), so tool "
+                             "calls could not be returned", param="tools", code=UNSUPPORTED)
+    try:
+        return parser.session(request)
+    except ValueError as e:  # vLLM cannot build the schema of these tools
+        raise InvalidRequest(f"tools: {e}", param="tools") from e

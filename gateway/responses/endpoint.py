@@ -1,9 +1,12 @@
 """The Responses API: ``input`` through the chat template, output as a ``Response``.
 
 The prompt is rendered exactly as chat messages are (``render_messages``), with
-``instructions`` as a system message first, as vLLM and OpenAI do. A response has
-one output item, an assistant message with one ``output_text`` part; a reply cut
-by the length limit is ``incomplete`` (reason ``max_output_tokens``), as OpenAI's.
+``instructions`` as a system message first, as vLLM and OpenAI do, and function tools
+offered as chat offers them. Without tools a response has one output item, an
+assistant message with one ``output_text`` part; with tools, the calls read from the
+reply are ``function_call`` items after the message (left out when the reply is only
+calls), as OpenAI orders them. A reply cut by the length limit is ``incomplete``
+(reason ``max_output_tokens``), as OpenAI's, and so is its last item.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Literal
 from openai.types.responses import (
     FunctionTool,
     Response,
+    ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
     ResponseTextConfig,
@@ -26,12 +30,17 @@ from openai.types.shared import Reasoning
 from engines.events import Finished
 from engines.request import SamplingOptions
 from engines.tokenizer import ChatTemplateOptions, Tokenizer
+from engines.tool_calls import ToolCallParser, ToolCallSession
 from gateway.chat.endpoint import render_messages
 from gateway.chat.protocol import ChatMessage
+from gateway.chat.tools import tool_session
+from gateway.responses.items import chat_messages
 from gateway.responses.protocol import ResponsesRequest
+from gateway.responses.tools import echoed_tool_choice, function_call, template_tools
 from service.serving import Call, Endpoint
 
 Status = Literal["in_progress", "completed", "incomplete"]
+OutputItem = ResponseOutputMessage | ResponseFunctionToolCall
 
 
 class ResponsesEndpoint(Endpoint[ResponsesRequest]):
@@ -47,10 +56,16 @@ class ResponsesEndpoint(Endpoint[ResponsesRequest]):
         if isinstance(wire.input, str):
             messages.append(ChatMessage(role="user", content=wire.input))
         else:
-            messages.extend(item.chat_message() for item in wire.input)
+            messages.extend(chat_messages(wire.input))
+        # Offered even with tool_choice "none", as chat (and vLLM) do.
         options = ChatTemplateOptions(add_generation_prompt=True,
-                                      variables=wire.template_variables())
+                                      variables=wire.template_variables(),
+                                      tools=template_tools(wire.tools))
         return render_messages(messages, tokenizer, options, param="input")
+
+    def tool_calls(self, wire: ResponsesRequest,
+                   parser: ToolCallParser | None) -> ToolCallSession | None:
+        return tool_session(wire.tools_request(), parser)
 
     def sampling_extras(self, wire: ResponsesRequest) -> tuple[int | None, int | None]:
         return wire.max_output_tokens, None
@@ -70,8 +85,18 @@ class ResponsesEndpoint(Endpoint[ResponsesRequest]):
 
     def json_body(self, call: Call, finished: Finished) -> Response:
         status = final_status(call)
-        return self.response(call, status, [self.message(call, status, full_text(call))],
-                             usage(finished))
+        return self.response(call, status, self.output(call, status), usage(finished))
+
+    def output(self, call: Call, status: Status) -> list[OutputItem]:
+        text = full_text(call)
+        if call.tools is None:
+            return [self.message(call, status, text)]
+        found = call.tools.extract(text)
+        items: list[OutputItem] = [function_call(c, "completed") for c in found.calls]
+        if found.content is not None or not items:
+            items.insert(0, self.message(call, "completed", found.content or ""))
+        items[-1].status = status
+        return items
 
     def message(self, call: Call, status: Status, text: str | None) -> ResponseOutputMessage:
         """The one output item; ``text`` None: opened, no content part yet."""
@@ -79,7 +104,7 @@ class ResponsesEndpoint(Endpoint[ResponsesRequest]):
             id=message_id(call), type="message", role="assistant", status=status,
             content=[] if text is None else [output_text(text)])
 
-    def response(self, call: Call, status: Status, output: list[ResponseOutputMessage],
+    def response(self, call: Call, status: Status, output: list[OutputItem],
                  usage: ResponseUsage | None = None) -> Response:
         wire = call.wire
         assert isinstance(wire, ResponsesRequest)
@@ -93,7 +118,7 @@ class ResponsesEndpoint(Endpoint[ResponsesRequest]):
             temperature=sampling.temperature, top_p=sampling.top_p,
             max_output_tokens=wire.max_output_tokens,
             parallel_tool_calls=wire.parallel_tool_calls is not False,
-            tool_choice=wire.tool_choice if isinstance(wire.tool_choice, str) else "auto",
+            tool_choice=echoed_tool_choice(wire.tool_choice),
             tools=[FunctionTool.model_validate(t.model_dump(exclude_none=True))
                    for t in wire.tools or []],
             text=text_config(wire), truncation="disabled", background=False,

@@ -3,7 +3,7 @@
 Strict like the other endpoints: unknown fields and wrong JSON types are 400s.
 Fields that need state this gateway does not keep (a response store, conversations,
 background runs) are refused with ``code: unsupported_parameter`` when they ask for
-something (``REFUSED``), and so are function tools until tool calls can be parsed.
+something (``REFUSED``). Function tools are chat's (``gateway/responses/tools.py``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from pydantic import ConfigDict, Field, JsonValue, model_validator
 from pydantic_core import PydanticCustomError
 
 from engines.request import StructuredOutput
+from engines.tool_calls import ToolsRequest
+from gateway.chat.tools import MAX_TOOLS
 from gateway.fields import UNSUPPORTED, FieldRule, Handling, drop_refused_by
-from gateway.responses.items import InputMessage, Tool, ToolChoice
+from gateway.responses.items import InputItem, Tool, ToolChoice
+from gateway.responses.tools import responses_tools_request
 from gateway.structured import JsonSchemaFormat, ResponseFormat, StructuredOutputs, constraint
 from gateway.wire_types import CacheSalt, Name, StopString, Text, User, WireModel
 
@@ -100,7 +103,7 @@ class ResponseStreamOptions(WireModel):
 
 class ResponsesRequest(WireModel):
     model: Name
-    input: Text | Annotated[list[InputMessage], Field(min_length=1, max_length=4096)]
+    input: Text | Annotated[list[InputItem], Field(min_length=1, max_length=4096)]
     instructions: Text | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -109,13 +112,13 @@ class ResponsesRequest(WireModel):
     stream_options: ResponseStreamOptions | None = None
     metadata: dict[Text, Text] | None = None
     text: TextConfig | None = None
-    tools: list[Tool] | None = Field(None, max_length=128)
+    tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # false: tool_choice required calls one
     reasoning: Reasoning | None = None
     include: list[Includable] | None = Field(None, max_length=16)
     # Accepted for SDK compatibility; they change nothing here.
     user: User | None = None
-    parallel_tool_calls: bool | None = None
     max_tool_calls: int | None = Field(None, ge=1)
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     prompt_cache_key: User | None = None
@@ -139,12 +142,6 @@ class ResponsesRequest(WireModel):
 
     @model_validator(mode="after")
     def _asks_for_nothing_missing(self) -> ResponsesRequest:
-        if self.tools and self.tool_choice != "none":
-            # Function tools need a tool-call parser to come back as function_call items.
-            _unsupported("tools", "function tools are not supported yet: no tool-call parser "
-                         "is configured (send no tools, or 'tool_choice': 'none')")
-        if self.tool_choice not in (None, "none", "auto"):
-            _unsupported("tool_choice", "no tools can be called here")
         if self.reasoning and (self.reasoning.summary or self.reasoning.generate_summary):
             _unsupported("reasoning.summary", "no reasoning parser is configured, so replies "
                          "carry no reasoning summary")
@@ -159,6 +156,12 @@ class ResponsesRequest(WireModel):
     def constraint(self) -> StructuredOutput | None:
         fmt = self.text.format if self.text else None
         return constraint(fmt.response_format() if fmt else None, self.structured_outputs)
+
+    def tools_request(self) -> ToolsRequest | None:
+        """What the request asks of tools, checked as chat's (400s name the field)."""
+        constrained = bool(self.structured_outputs and self.structured_outputs.kinds())
+        return responses_tools_request(self.tools, self.tool_choice, self.parallel_tool_calls,
+                                       constrained)
 
     def stop_tuple(self) -> tuple[str, ...]:
         if self.stop is None:
