@@ -5,8 +5,10 @@ SDK, over HTTP) send chat and completion requests, streaming and not, forced
 to every mode or ``auto``, greedy, with prompts whose answers were recorded
 once beforehand (plain decoding, alone), and about a third of the time requests
 whose answer is checked for what it must be rather than for a text: sampled with
-vLLM's extras (``top_k``, ``min_p``, penalties, a seed), and JSON-schema output
-(valid JSON matching the schema). Every request must either come back
+vLLM's extras (``top_k``, ``min_p``, penalties, a seed), JSON-schema output
+(valid JSON matching the schema), a forced tool call (a call of the named function
+with JSON arguments) and the Responses API (a finished response with text). Every
+request must either come back
 with exactly that text and the same usage (or the shape asked), or get a clear error (an OpenAI
 envelope with a status, or an error event in the stream); anything else
 (a transport error, a timeout, a stream that ends without finishing, a
@@ -50,6 +52,11 @@ TEXT_PROMPTS = (
     "Once upon a time, in a small village by the river,",
 )
 MAX_TOKENS = (8, 32, 96)
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
+                   "required": ["city"], "additionalProperties": False}}}]
+EXTRA_KINDS = ("sampled", "json", "tools", "responses")
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
                                            "age": {"type": "integer"}},
           "required": ["name", "age"], "additionalProperties": False}
@@ -146,7 +153,7 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
     all_cases = list(expected)
     while time.monotonic() < deadline:
         case, mode, stream = rng.choice(all_cases), rng.choice(MODES), rng.random() < 0.5
-        extra = rng.choice(("sampled", "json")) if rng.random() < EXTRA_SHARE else None
+        extra = rng.choice(EXTRA_KINDS) if rng.random() < EXTRA_SHARE else None
         began = time.monotonic()
         try:
             if extra is not None:
@@ -200,6 +207,21 @@ async def call_extra(client: openai.AsyncOpenAI, model: str, kind: str, mode: st
     """A request checked for the shape of its answer: None when right, else why not."""
     common: dict[str, Any] = {"model": model, "max_tokens": 48,
                               "extra_headers": {"x-spec-mode": mode}}
+    if kind == "responses":
+        return await call_responses(client, model, mode, stream)
+    if kind == "tools":
+        common.update(temperature=0, tools=TOOLS, parallel_tool_calls=False, tool_choice={
+            "type": "function", "function": {"name": "get_weather"}})
+        messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+        r = await client.chat.completions.create(messages=messages, **common)  # type: ignore[call-overload]
+        calls = r.choices[0].message.tool_calls or []
+        if len(calls) != 1 or calls[0].function.name != "get_weather":
+            return f"no call of get_weather: {r.choices[0].message!r}"
+        try:
+            args = json.loads(calls[0].function.arguments)
+        except ValueError:
+            return f"arguments not JSON: {calls[0].function.arguments!r}"
+        return None if isinstance(args, dict) and "city" in args else f"arguments {args!r}"
     if kind == "sampled":
         common.update(temperature=0.8, top_p=0.9, seed=7, presence_penalty=0.2,
                       extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1})
@@ -228,6 +250,25 @@ async def call_extra(client: openai.AsyncOpenAI, model: str, kind: str, mode: st
         if not (isinstance(value, dict) and set(value) == {"name", "age"}
                 and isinstance(value["age"], int)):
             return f"does not match the schema: {text!r}"
+    return None
+
+
+async def call_responses(client: openai.AsyncOpenAI, model: str, mode: str,
+                         stream: bool) -> str | None:
+    ask: dict[str, Any] = {"model": model, "input": "Write a line about the sea.",
+                           "max_output_tokens": 32, "temperature": 0,
+                           "extra_headers": {"x-spec-mode": mode}}
+    if stream:
+        final = None
+        async for event in await client.responses.create(stream=True, **ask):
+            if event.type in ("response.completed", "response.incomplete"):
+                final = event.response
+        if final is None:
+            return "the stream ended without response.completed or response.incomplete"
+    else:
+        final = await client.responses.create(**ask)
+    if final.status not in ("completed", "incomplete") or not final.output_text:
+        return f"response {final.status} with text {final.output_text!r}"
     return None
 
 
