@@ -8,7 +8,7 @@ ARGS ?=
 LOAD_VENV ?= .venv-load
 CLIENTS_VENV ?= .venv-clients
 
-.PHONY: install serve prepare test test-fast lint bench soak loadtest clean train-drafters
+.PHONY: install serve prepare test test-fast lint bench bench-peer soak loadtest clean train-drafters
 
 install: $(STAMP)
 
@@ -100,6 +100,11 @@ train-drafters: install
 		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --dflash-anchors 128 \
 		--batch-tokens 16384 --features-on-device --init-from drafters/round8/dflash \
 		--out drafters
+
+# SpecGate against vLLM's own OpenAI server with each single method, same machine, same
+# client, phased unlabelled workloads (bench/out/peer.json); about 50 minutes on 2 cores.
+bench-peer: install
+	$(PY) -m bench.peer
 
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
 soak: install
