@@ -21,11 +21,6 @@ async def gw() -> AsyncIterator[FakeGateway]:
         yield g
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def client(gw: FakeGateway) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
-    yield c
-    await c.close()
 
 
 FUNCTION_TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}
