@@ -88,10 +88,11 @@ train-drafters: install
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 4608 --epochs 2 --lr 1e-3 \
 		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --init-from drafters/round6/dflash \
 		--out drafters/round7
-	# DFlash rounds 8 and 9 want a GPU with 24 GB free (6.5 + 1.6 minutes of training on
-	# one H100, where they ran as --max-train-minutes 6.5 and 1.6: 3,183 and 759 steps,
-	# which these epoch counts give on any device; on 2 CPU cores, drop
-	# --features-on-device and allow about a day).
+	# DFlash rounds 8 to 10 want a GPU with 24 GB free for --features-on-device (rounds 8
+	# and 9: 6.5 + 1.6 minutes on one H100, as --max-train-minutes 6.5 and 1.6: 3,183 and
+	# 759 steps, which these epoch counts give on any device; round 10, over every prompt:
+	# 2,947 steps in 5 minutes on one H200; on 2 CPU cores, drop --features-on-device and
+	# allow about a day and a half).
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 21981 --epochs 9.7 --lr 1e-3 \
 		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --dflash-anchors 128 \
 		--batch-tokens 16384 --features-on-device --init-from drafters/round7/dflash \
@@ -99,6 +100,10 @@ train-drafters: install
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 21981 --epochs 2.31 --lr 4e-4 \
 		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --dflash-anchors 128 \
 		--batch-tokens 16384 --features-on-device --init-from drafters/round8/dflash \
+		--out drafters/round9
+	$(VENV)/bin/specgate train-drafter --method dflash --limit 28125 --epochs 7 --lr 4e-4 \
+		--draft-vocab 16384 --keep-vocab --dflash-layers 3 --dflash-anchors 128 \
+		--batch-tokens 16384 --features-on-device --init-from drafters/round9/dflash \
 		--out drafters
 
 # SpecGate against vLLM's own OpenAI server with each single method, same machine, same
