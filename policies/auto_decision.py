@@ -2,8 +2,8 @@
 
 The gateway's dispatcher and the simulator's router both call ``decide_auto``:
 it gathers what the shared state has learned for the request's class and for the
-classes in flight (and, from that, each mode's acceptance over every class:
-``pooled_acceptance``) and what this replica's routing memory holds, asks the
+classes in flight (and, from that, what a class with little evidence borrows:
+``class_prior.borrowed``) and what this replica's routing memory holds, asks the
 policy, and records the outcome in that memory (the class's last winner, each device
 group's cost leader, and since when the mode it holds has deferred a switch).
 """
@@ -20,8 +20,8 @@ from policies.base import (
     ModeLoad,
     Policy,
     group_busy,
-    pooled_acceptance,
 )
+from policies.class_prior import borrowed
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 
@@ -30,8 +30,13 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
                 modes: Mapping[str, ModeLoad], *,
                 prompt_tokens: int, max_tokens: int | None, workload_class: str, now: float,
                 in_flight: Mapping[str, Mapping[str, int]],
-                explore_draw: float, narrowed: bool = False) -> tuple[DecisionInput, Decision]:
+                explore_draw: float, narrowed: bool = False,
+                card_tau: Mapping[str, Mapping[str, float]] | None = None
+                ) -> tuple[DecisionInput, Decision]:
     """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does.
+
+    ``card_tau``: each mode's drafter card, held-out acceptance by kind of prompt
+    (``policies/class_prior.py``).
 
     ``narrowed``: ``modes`` leaves out modes that cannot serve this request, so its
     winner is no winner for its class or device group and is not remembered as one."""
@@ -48,7 +53,8 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
         deferred_since=memory.deferred_since(),
         recent_batch=memory.recent_batch(now, memory_s),
-        classes=classes, mode_acceptance=pooled_acceptance(classes))
+        classes=classes,
+        mode_acceptance=borrowed(classes, workload_class, card_tau or {}))
     decision = policy.decide(inputs)
     batches = {load.gpu_group: 0 for load in modes.values()}
     batches[modes[decision.mode].gpu_group] += 1          # this request joins it

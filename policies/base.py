@@ -77,6 +77,9 @@ class LearnedAcceptance:
     # Draft tokens per verification step: K for a drafter that always drafts, less for
     # n-gram where the text does not repeat. None: unknown.
     draft_tokens_per_step: float | None = None
+    # Measured on other kinds of text than the class it stands in for: believed only
+    # where it is below the prior (``policies/class_prior.py``).
+    transferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)

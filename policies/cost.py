@@ -65,7 +65,8 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     evidence: a class the mode has seldom served (or whose evidence has faded) reads
     near the mode's measured level, not near a published figure for another model —
     higher than the discounted prior for a strong drafter, lower for the embedded
-    CPU ones (docs/policy.md, "pooled prior").
+    CPU ones (docs/policy.md, "pooled prior"). A level measured on other kinds of
+    text (``transferred``) counts only where it is below the discounted prior.
 
     At ``batch``, an engine with a K table drafts the K its table gives: none at
     K = 0, and never more than ``1 + K`` tokens a step (what was learned at a
@@ -80,7 +81,8 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     prior_tau = min(prior.mean_accepted_length, cap)
     if not optimistic:
         prior_tau = 1.0 + (prior_tau - 1.0) * (1.0 - settings.cold_start_discount)
-        if pooled is not None and pooled.drafts > 0:
+        if pooled is not None and pooled.drafts > 0 and not (
+                pooled.transferred and pooled.mean_accepted_length > prior_tau):
             w = pooled.drafts / (pooled.drafts + settings.prior_draft_steps)
             prior_tau = min(cap, w * pooled.mean_accepted_length + (1 - w) * prior_tau)
     if learned is not None and learned.drafts > 0:

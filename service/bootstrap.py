@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from engines.base import Engine
+from engines.drafter_card import heldout_tau
 from engines.engine_spec import EngineSpec
 from engines.remote import RemoteVllmEngine
 from engines.tokenizer import HfTokenizer
@@ -78,12 +79,22 @@ async def load_components(settings: Settings) -> Components:
                               num_speculative_tokens=mode.num_speculative_tokens or 0,
                               gpu_group=mode.gpu_group or ("cpu" if bind else "0"),
                               exclusive=bind is not None and not mode.gpu_group,
-                              k_schedule=mode.k_schedule())
+                              k_schedule=mode.k_schedule(),
+                              card_tau=_card_tau(mode, drafters))
     if in_process:
         _share_devices(engines, info)
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
                       engines=engines, max_model_len=settings.max_model_len, mode_info=info,
                       closers=[client.aclose], tool_parser=tool_parser)
+
+
+def _card_tau(mode: ModeSettings, drafters: dict[str, str]) -> dict[str, float]:
+    """An in-process drafter's held-out acceptance by kind, from its model card."""
+    config = mode.speculative_config()
+    if mode.url or config is None:
+        return {}
+    model = _resolve_drafter(config, drafters).get("model")
+    return heldout_tau(model) if isinstance(model, str) and Path(model).is_dir() else {}
 
 
 def _tool_parser(settings: Settings, tokenizer: HfTokenizer) -> ToolCallParser | None:

@@ -14,7 +14,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.capabilities import needs as needs_of
@@ -66,6 +66,8 @@ class ModeInfo:
     # every core oversubscribe the cores when two are busy (each runs far below half
     # speed), unlike GPU engines, which the device time-slices.
     exclusive: bool = False
+    # The drafter card's held-out acceptance by kind of prompt (engines/drafter_card.py).
+    card_tau: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,8 @@ class Dispatcher:
         self.state = state
         self.memory = RoutingMemory()   # this replica's own auto decisions
         self.mode_info = mode_info or {}
+        self.card_tau = {mode: info.card_tau for mode, info in self.mode_info.items()
+                         if info.card_tau}
         self.clock = clock
         self.rng = rng or random.Random()
         self.mover = mover   # None: requests finish where they started
@@ -193,7 +197,8 @@ class Dispatcher:
                     self.policy, state, self.memory, loads, prompt_tokens=prompt_tokens,
                     max_tokens=max_tokens, workload_class=cls, now=now,
                     in_flight=self.in_flight(),
-                    explore_draw=self.rng.random(), narrowed=bool(refused))
+                    explore_draw=self.rng.random(), narrowed=bool(refused),
+                    card_tau=self.card_tau)
             except NoModeAvailable as e:
                 if full:
                     raise queue_full(admission.per_mode) from e

@@ -1,0 +1,103 @@
+"""What a class with little evidence borrows: its family's evidence, the drafter's
+card, and other kinds' evidence only where it is lower than the prior."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.adaptive import AdaptivePolicy
+from policies.adaptive_settings import AdaptiveSettings
+from policies.auto_decision import decide_auto
+from policies.base import ClassLearned, LearnedAcceptance, ModeLoad
+from policies.class_prior import CARD_STEPS, borrowed, family
+from policies.cost import tokens_per_step
+from policies.routing_memory import RoutingMemory
+from policies.shared_state import SharedPolicyState
+from policies.store.memory import MemoryStore
+
+NOW = 100.0
+
+
+def acc(tau: float, drafts: float) -> LearnedAcceptance:
+    return LearnedAcceptance(tau, (tau - 1) / 4, drafts / 10, drafts)
+
+
+def test_families_are_the_feature_kinds_and_labels_have_none() -> None:
+    assert family("auto:copy:s") == "auto:copy"
+    assert family("auto:code:l:raw") == "auto:code"
+    assert family("chat") is None
+    assert family("json") is None
+
+
+def test_a_feature_class_pools_its_family_and_not_other_kinds() -> None:
+    classes = {"auto:copy:s": ClassLearned({"ngram": acc(3.5, 100)}),
+               "auto:copy:m": ClassLearned({"ngram": acc(2.5, 100)}),
+               "auto:text:s": ClassLearned({"eagle3": acc(1.8, 50)})}
+    copy = borrowed(classes, "auto:copy:l", {})
+    assert copy["ngram"].mean_accepted_length == pytest.approx(3.0)
+    assert not copy["ngram"].transferred
+    assert copy["eagle3"].transferred          # chat's level, for copy
+    chat = borrowed(classes, "auto:text:m", {})
+    assert chat["ngram"].transferred and chat["ngram"].mean_accepted_length == 3.0
+
+
+def test_a_label_pools_every_class_as_before() -> None:
+    classes = {"math": ClassLearned({"eagle3": acc(4.0, 30)}),
+               "chat": ClassLearned({"eagle3": acc(2.0, 10)})}
+    pooled = borrowed(classes, "code", {"eagle3": {"code": 9.0}})
+    assert pooled["eagle3"].mean_accepted_length == pytest.approx(3.5)
+    assert not pooled["eagle3"].transferred
+
+
+def test_the_card_is_the_prior_of_a_family_the_mode_has_not_served() -> None:
+    classes = {"auto:code:s": ClassLearned({"eagle3": acc(1.4, 80)})}
+    card = {"eagle3": {"code": 2.3, "copy": 2.2, "chat": 1.9}}
+    chat = borrowed(classes, "auto:text:s", card)["eagle3"]
+    assert (chat.mean_accepted_length, chat.drafts) == (1.9, CARD_STEPS)
+    # Measured on the family: the measurement, not the card.
+    assert borrowed(classes, "auto:code:m", card)["eagle3"].mean_accepted_length == 1.4
+
+
+def speculative(mode: str, method: str, k: int) -> ModeLoad:
+    return ModeLoad(mode=mode, up=True, batch_size=0, speculative=True, method=method,
+                    num_speculative_tokens=k)
+
+
+def test_a_level_measured_high_on_another_kind_does_not_raise_the_prior() -> None:
+    settings = AdaptiveSettings()
+    ngram = speculative("ngram", "ngram", 4)
+    cold = tokens_per_step(ngram, None, settings)
+    high = LearnedAcceptance(3.5, 0.6, 10, 400, transferred=True)
+    low = LearnedAcceptance(1.02, 0.01, 10, 400, transferred=True)
+    assert tokens_per_step(ngram, None, settings, pooled=high) == cold
+    assert tokens_per_step(ngram, None, settings, pooled=low) < cold
+    # The same level measured on the class's own family counts either way.
+    own = LearnedAcceptance(3.5, 0.6, 10, 400)
+    assert tokens_per_step(ngram, None, settings, pooled=own) > 3.0
+
+
+def test_prompt_lookup_measured_on_copy_does_not_raise_its_price_for_chat() -> None:
+    """Copy-heavy requests taught the policy that n-gram accepts 3.5 tokens a step;
+    for a chat request of a kind n-gram never served, it is priced as if unmeasured,
+    while a copy request of another length takes the copy family's evidence."""
+    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
+                                  speculative=False),
+             "ngram": speculative("ngram", "ngram", 4)}
+
+    def ngram_cost(state: SharedPolicyState, cls: str) -> float:
+        _, decision = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
+                                  prompt_tokens=80, max_tokens=128, workload_class=cls,
+                                  now=NOW, in_flight={}, explore_draw=0.99)
+        return decision.scores["ngram"]
+
+    def fresh() -> SharedPolicyState:
+        return SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                                 clock=lambda: NOW)
+
+    taught = fresh()
+    for _ in range(8):
+        taught.observe("ngram", "auto:copy:m", drafts=40, draft_tokens=160, accepted=100,
+                       completion_tokens=141, now=NOW)
+    cold = fresh()
+    assert ngram_cost(taught, "auto:text:s") == pytest.approx(ngram_cost(cold, "auto:text:s"))
+    assert ngram_cost(taught, "auto:copy:s") < 0.7 * ngram_cost(cold, "auto:copy:s")
