@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 from collections.abc import AsyncIterator
 
@@ -52,7 +53,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
         finally:
             await runtime.stop()
 
-    app = FastAPI(title="SpecGate", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="SpecGate", version=package_version(), lifespan=lifespan)
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.metrics = metrics
@@ -73,3 +74,11 @@ def create_app(settings: Settings, *, components: Components | None = None,
         app.include_router(module.router)
     app.include_router(metrics.router)
     return app
+
+
+def package_version() -> str:
+    """The installed package's version (pyproject.toml), as /openapi.json reports it."""
+    try:
+        return importlib.metadata.version("specgate")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"

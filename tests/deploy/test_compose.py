@@ -92,3 +92,16 @@ def test_image_copies_only_what_exists_and_the_context_lets_through() -> None:
         assert (ROOT / src).exists(), src
         assert f"!{src}" in ignore or f"!{src}/" in ignore, src
     assert ignore[ignore.index("*") - 1].startswith("#")  # everything else stays out
+
+
+def test_the_images_and_the_api_carry_the_packages_version() -> None:
+    import tomllib
+
+    from gateway.app import package_version
+
+    root = Path(__file__).resolve().parents[2]
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    assert package_version() == version
+    for path in ("deploy/compose.yaml", "deploy/k8s/gateway.yaml", "deploy/Dockerfile"):
+        tags = re.findall(r"specgate:(\d[\w.]*)", (root / path).read_text())
+        assert tags and set(tags) == {version}, (path, tags)
