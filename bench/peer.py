@@ -1,21 +1,28 @@
 """SpecGate against what a user would run instead: vLLM's own OpenAI server.
 
-Each set-up serves the embedded model on this whole machine, one after another,
-and gets the same phased workloads from the same client (the official ``openai``
-SDK, streaming, greedy, closed loop: each phase keeps ``c`` requests in flight
-until its requests are done). No workload-class labels are sent: callers do not
-send them. The set-ups:
+Each set-up serves the embedded model with the whole machine, and all get the same
+phased workloads from the same client (the official ``openai`` SDK, streaming,
+greedy, closed loop: each phase keeps ``c`` requests in flight until its requests
+are done). No workload-class labels are sent: callers do not send them. The set-ups:
 
 * ``vllm:<method>``: ``python -m vllm.entrypoints.openai.api_server`` with one
   decoding method (plain, n-gram, EAGLE-3, DFlash, and EAGLE-3 / DFlash with a
   K table), the drafters SpecGate ships, the same engine arguments as SpecGate's;
-* ``specgate:auto``: ``specgate serve`` as ``make serve`` starts it, measured
-  first after start (cold: nothing learned), then ``specgate:<mode>`` forced by
-  header on the same process.
+* ``specgate:auto``: ``specgate serve`` as ``make serve`` starts it, on a process of
+  its own (cold: nothing learned when the workload starts);
+* ``specgate:<mode>``: each mode forced by header, on another such process.
 
-It prints each set-up's whole-run completion tokens/s and per phase, the per-phase
-ceiling (each phase at the best vLLM server's rate for it: what perfect routing
-between single-method servers would reach), and the summary line
+Side by side: the machines this runs on change speed from minute to minute, so a
+batch of set-ups is started together (idle servers cost nothing) and each phase runs
+on every set-up of the batch in turn, the order rotating from phase to phase, before
+the next phase starts; every ratio compares set-ups measured within minutes of each
+other. Two batches keep memory bounded: the single servers that matter for the
+ceiling with auto, then DFlash and the forced modes beside the servers they compare
+with (plain decoding and EAGLE-3 run in both).
+
+It prints each set-up's whole-run completion tokens/s and per phase, per batch the
+per-phase ceiling (each phase at the best vLLM server's rate for it: what perfect
+routing between single-method servers would reach), and the summary line
 
     peer_auto_vs_best_single=… peer_auto_vs_ceiling=… peer_standard_vs_vllm=… peer_eagle3_vs_vllm=…
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,7 +41,7 @@ from pathlib import Path
 
 import openai
 
-from bench.peer_servers import SETUPS, Server, start_server
+from bench.peer_servers import SETUPS, start_server
 from bench.peer_workloads import PROMPTS, WORKLOADS, Phase
 
 OUT = Path("bench/out/peer.json")
@@ -102,94 +110,125 @@ async def run_phase(client: openai.AsyncOpenAI, model: str, phase: Phase, max_to
                        {m: n for m, n in served.items() if m})
 
 
-async def run_workload(url: str, setup: str, workload: str, max_tokens: int,
-                       mode: str | None) -> Run:
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
-                                timeout=900)
-    model = (await client.models.list()).data[0].id
-    headers = {"x-spec-mode": mode} if mode else {}
-    phases = [await run_phase(client, model, phase, max_tokens, headers)
-              for phase in WORKLOADS[workload]]
-    await client.close()
-    run = Run(setup, workload, phases)
-    print(f"{setup:22} {workload:6} {run.tokens_per_s:7.1f} tok/s  "
-          + "  ".join(f"{p.name} {p.tokens_per_s:.1f}"
-                      + (f" {p.served_by}" if mode is None and p.served_by else "")
-                      for p in phases), flush=True)
-    return run
+def client_for(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                              timeout=900)
 
 
-async def warm_up(url: str, max_tokens: int, mode: str | None) -> None:
-    """Two short requests (not measured): first requests pay one-off allocations."""
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
-                                timeout=900)
+async def warm_up(url: str, max_tokens: int, modes: list[str | None]) -> None:
+    """Two short requests per mode (not measured): first requests pay one-off
+    allocations."""
+    client = client_for(url)
     model = (await client.models.list()).data[0].id
-    headers = {"x-spec-mode": mode} if mode else {}
-    for prompt in (PROMPTS["chat"][0], PROMPTS["code"][0]):
-        await one(client, model, prompt, min(max_tokens, 16), headers)
+    for mode in modes:
+        for prompt in (PROMPTS["chat"][0], PROMPTS["code"][0]):
+            await one(client, model, prompt, min(max_tokens, 16),
+                      {"x-spec-mode": mode} if mode else {})
     await client.close()
 
 
-def measure(setups: list[str], workloads: list[str], max_tokens: int, log_dir: Path) -> list[Run]:
-    runs: list[Run] = []
-    vllm = [s for s in setups if s.startswith("vllm:")]
-    gateway = [s for s in setups if s.startswith("specgate:")]
-    for setup in vllm:
-        with start_server(SETUPS[setup], log_dir / f"{setup.replace(':', '-')}.log") as server:
-            runs += _measure_server(server, [setup], workloads, max_tokens)
-    if gateway:
-        # auto first, on a fresh process: what a user gets after `make serve`.
-        gateway.sort(key=lambda s: s != "specgate:auto")
-        with start_server(SETUPS["specgate:auto"], log_dir / "specgate.log") as server:
-            runs += _measure_server(server, gateway, workloads, max_tokens)
+def forced_mode(setup: str) -> str | None:
+    mode = setup.split(":", 1)[1] if setup.startswith("specgate:") else None
+    return None if mode == "auto" else mode
+
+
+def batches(setups: list[str]) -> list[list[str]]:
+    """The selected set-ups in batches run side by side (see the module's notes)."""
+    first = [s for s in ("vllm:plain", "vllm:ngram", "vllm:eagle3", "vllm:eagle3-ktable",
+                         "specgate:auto") if s in setups]
+    rest = [s for s in setups if s not in first]
+    if not rest:
+        return [first]
+    anchors = [s for s in ("vllm:plain", "vllm:eagle3") if s in first and s not in rest]
+    return [b for b in (first, anchors + rest) if b]
+
+
+async def run_batch(urls: dict[str, str], workload: str, max_tokens: int) -> list[Run]:
+    """Every phase on every set-up in turn, the order rotating by phase."""
+    clients = {setup: client_for(url) for setup, url in urls.items()}
+    models = {setup: (await c.models.list()).data[0].id for setup, c in clients.items()}
+    order = list(urls)
+    phases: dict[str, list[PhaseResult]] = {setup: [] for setup in order}
+    for i, phase in enumerate(WORKLOADS[workload]):
+        for setup in order[i % len(order):] + order[:i % len(order)]:
+            mode = forced_mode(setup)
+            headers = {"x-spec-mode": mode} if mode else {}
+            phases[setup].append(await run_phase(clients[setup], models[setup], phase,
+                                                 max_tokens, headers))
+    for c in clients.values():
+        await c.close()
+    runs = [Run(setup, workload, phases[setup]) for setup in order]
+    for run in runs:
+        auto = run.setup == "specgate:auto"
+        print(f"{run.setup:22} {workload:6} {run.tokens_per_s:7.1f} tok/s  "
+              + "  ".join(f"{p.name} {p.tokens_per_s:.1f}"
+                          + (f" {p.served_by}" if auto and p.served_by else "")
+                          for p in run.phases), flush=True)
     return runs
 
 
-def _measure_server(server: Server, setups: list[str], workloads: list[str],
-                    max_tokens: int) -> list[Run]:
-    runs = []
-    for setup in setups:
-        mode = setup.split(":", 1)[1] if setup.startswith("specgate:") else None
-        mode = None if mode == "auto" else mode
-        if mode is not None or setup.startswith("vllm:"):
-            asyncio.run(warm_up(server.url, max_tokens, mode))
-        for workload in workloads:
-            runs.append(asyncio.run(run_workload(server.url, setup, workload, max_tokens, mode)))
-    return runs
-
-
-def summarize(runs: list[Run], workloads: list[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    worst_single, worst_ceiling = float("inf"), float("inf")
-    for workload in workloads:
-        these = [r for r in runs if r.workload == workload]
-        singles = [r for r in these if r.setup.startswith("vllm:")]
-        auto = next((r for r in these if r.setup == "specgate:auto"), None)
-        if not singles:
-            continue
-        best = max(singles, key=lambda r: r.tokens_per_s)
-        # Each phase at its best single server's rate: the time perfect routing would take.
-        ceiling_s = sum(p.tokens / max(s.phases[i].tokens_per_s for s in singles)
-                        for i, p in enumerate(best.phases))
-        ceiling = best.tokens / ceiling_s
-        print(f"{workload}: best single {best.setup} {best.tokens_per_s:.1f} tok/s, "
-              f"per-phase ceiling {ceiling:.1f} tok/s", flush=True)
-        out[f"{workload}_best_single"] = best.tokens_per_s
-        out[f"{workload}_ceiling"] = ceiling
-        if auto is not None:
-            worst_single = min(worst_single, auto.tokens_per_s / best.tokens_per_s)
-            worst_ceiling = min(worst_ceiling, auto.tokens_per_s / ceiling)
-        for mode, peer in (("standard", "vllm:plain"), ("eagle3", "vllm:eagle3")):
-            ours = next((r for r in these if r.setup == f"specgate:{mode}"), None)
-            theirs = next((r for r in these if r.setup == peer), None)
-            if ours and theirs:
-                key = f"peer_{mode}_vs_vllm"
-                out[key] = min(out.get(key, float("inf")),
-                               ours.tokens_per_s / theirs.tokens_per_s)
-    if worst_single != float("inf"):
-        out["peer_auto_vs_best_single"] = worst_single
-        out["peer_auto_vs_ceiling"] = worst_ceiling
+def measure(setups: list[str], workloads: list[str], max_tokens: int,
+            log_dir: Path) -> list[list[Run]]:
+    """Per batch, its runs."""
+    out = []
+    for batch in batches(setups):
+        with contextlib.ExitStack() as stack:
+            urls: dict[str, str] = {}
+            forced_url: str | None = None
+            for setup in batch:
+                if forced_mode(setup) is not None:
+                    if forced_url is None:
+                        server = stack.enter_context(start_server(
+                            SETUPS[setup], log_dir / "specgate-forced.log"))
+                        forced_url = server.url
+                        asyncio.run(warm_up(forced_url, max_tokens,
+                                            [forced_mode(x) for x in batch]))
+                    urls[setup] = forced_url
+                    continue
+                name = setup.replace(":", "-")
+                server = stack.enter_context(start_server(SETUPS[setup],
+                                                          log_dir / f"{name}.log"))
+                urls[setup] = server.url
+                if setup != "specgate:auto":   # auto starts cold, as after `make serve`
+                    asyncio.run(warm_up(server.url, max_tokens, [None]))
+            out.append([run for workload in workloads
+                        for run in asyncio.run(run_batch(urls, workload, max_tokens))])
     return out
+
+
+def summarize(batches_run: list[list[Run]], workloads: list[str]) -> dict[str, float]:
+    """Each ratio within the batch that ran both sides; the worst over workloads."""
+    out: dict[str, float] = {}
+    for runs in batches_run:
+        for workload in workloads:
+            these = [r for r in runs if r.workload == workload]
+            singles = [r for r in these if r.setup.startswith("vllm:")]
+            if not singles:
+                continue
+            best = max(singles, key=lambda r: r.tokens_per_s)
+            # Each phase at its best single server's rate: perfect routing's time.
+            ceiling_s = sum(p.tokens / max(s.phases[i].tokens_per_s for s in singles)
+                            for i, p in enumerate(best.phases))
+            ceiling = best.tokens / ceiling_s
+            print(f"{workload}: among {', '.join(r.setup for r in singles)}: best single "
+                  f"{best.setup} {best.tokens_per_s:.1f} tok/s, per-phase ceiling "
+                  f"{ceiling:.1f} tok/s", flush=True)
+            auto = next((r for r in these if r.setup == "specgate:auto"), None)
+            if auto is not None:
+                out[f"{workload}_best_single"] = best.tokens_per_s
+                out[f"{workload}_ceiling"] = ceiling
+                _worst(out, "peer_auto_vs_best_single", auto.tokens_per_s / best.tokens_per_s)
+                _worst(out, "peer_auto_vs_ceiling", auto.tokens_per_s / ceiling)
+            for mode, peer in (("standard", "vllm:plain"), ("eagle3", "vllm:eagle3")):
+                ours = next((r for r in these if r.setup == f"specgate:{mode}"), None)
+                theirs = next((r for r in these if r.setup == peer), None)
+                if ours and theirs:
+                    _worst(out, f"peer_{mode}_vs_vllm", ours.tokens_per_s / theirs.tokens_per_s)
+    return out
+
+
+def _worst(out: dict[str, float], key: str, value: float) -> None:
+    out[key] = min(out.get(key, float("inf")), value)
 
 
 def main() -> None:
@@ -207,10 +246,10 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs = measure(setups, workloads, args.max_tokens, args.out.parent)
-    summary = summarize(runs, workloads)
-    args.out.write_text(json.dumps({"runs": [asdict(r) for r in runs], "summary": summary},
-                                   indent=1))
+    measured = measure(setups, workloads, args.max_tokens, args.out.parent)
+    summary = summarize(measured, workloads)
+    args.out.write_text(json.dumps({"batches": [[asdict(r) for r in runs] for runs in measured],
+                                    "summary": summary}, indent=1))
     line = " ".join(f"{k}={v:.3f}" for k, v in summary.items() if k.startswith("peer_"))
     print(line, flush=True)
 
