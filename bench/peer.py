@@ -16,9 +16,9 @@ Side by side: the machines this runs on change speed from minute to minute, so a
 batch of set-ups is started together (idle servers cost nothing) and each phase runs
 on every set-up of the batch in turn, the order rotating from phase to phase, before
 the next phase starts; every ratio compares set-ups measured within minutes of each
-other. Two batches keep memory bounded: the single servers that matter for the
-ceiling with auto, then DFlash and the forced modes beside the servers they compare
-with (plain decoding and EAGLE-3 run in both).
+other. Memory bounds a batch (``BATCHES``): auto beside the single servers that set
+the ceiling, the forced modes beside vLLM's servers of the same methods, DFlash's
+servers; plain decoding runs in each.
 
 It prints each set-up's whole-run completion tokens/s and per phase, per batch the
 per-phase ceiling (each phase at the best vLLM server's rate for it: what perfect
@@ -132,15 +132,29 @@ def forced_mode(setup: str) -> str | None:
     return None if mode == "auto" else mode
 
 
+# Side-by-side batches (see the module's notes), each under about 19 GB: a SpecGate
+# process holds four engines (about 9.5 GB), a vLLM server one (about 3). Auto runs
+# beside the servers that set the ceiling (EAGLE-3 alone drafts as its K-table
+# server does at the batches where either drafts); plain decoding runs in every
+# batch, the anchor between them.
+BATCHES = (("vllm:plain", "vllm:ngram", "vllm:eagle3-ktable", "specgate:auto"),
+           ("vllm:plain", "vllm:eagle3", "specgate:standard", "specgate:eagle3"),
+           ("vllm:plain", "vllm:dflash", "vllm:dflash-ktable"))
+
+
 def batches(setups: list[str]) -> list[list[str]]:
-    """The selected set-ups in batches run side by side (see the module's notes)."""
-    first = [s for s in ("vllm:plain", "vllm:ngram", "vllm:eagle3", "vllm:eagle3-ktable",
-                         "specgate:auto") if s in setups]
-    rest = [s for s in setups if s not in first]
-    if not rest:
-        return [first]
-    anchors = [s for s in ("vllm:plain", "vllm:eagle3") if s in first and s not in rest]
-    return [b for b in (first, anchors + rest) if b]
+    """The selected set-ups in the batches that run side by side; a batch keeps its
+    anchor only beside another selected set-up."""
+    out, placed = [], set()
+    for batch in BATCHES:
+        chosen = [s for s in batch if s in setups]
+        if any(s not in placed and s != "vllm:plain" for s in chosen):
+            out.append(chosen)
+            placed.update(chosen)
+    rest = [s for s in setups if s not in placed]
+    if rest:
+        out.append(rest)
+    return out or [list(setups)]
 
 
 async def run_batch(urls: dict[str, str], workload: str, max_tokens: int) -> list[Run]:

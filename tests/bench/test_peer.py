@@ -8,14 +8,17 @@ from bench.peer import PhaseResult, Run, batches, summarize
 from bench.peer_servers import SETUPS
 
 
-def test_every_setup_runs_and_the_anchors_run_beside_the_second_batch() -> None:
+def test_every_setup_runs_once_and_each_comparison_shares_a_batch() -> None:
     got = batches(list(SETUPS))
-    assert {s for b in got for s in b} == set(SETUPS)
-    first, second = got
-    assert "specgate:auto" in first and "specgate:auto" not in second
-    for needed in ("vllm:plain", "vllm:eagle3", "specgate:standard", "specgate:eagle3"):
-        assert needed in second
+    everything = [s for b in got for s in b if s != "vllm:plain"]
+    assert sorted(everything) == sorted(s for s in SETUPS if s != "vllm:plain")
+    assert all("vllm:plain" in b for b in got)
+    auto = next(b for b in got if "specgate:auto" in b)
+    assert {"vllm:ngram", "vllm:eagle3-ktable"} <= set(auto)
+    forced = next(b for b in got if "specgate:standard" in b)
+    assert {"vllm:eagle3", "specgate:eagle3"} <= set(forced)
     assert batches(["vllm:plain", "specgate:auto"]) == [["vllm:plain", "specgate:auto"]]
+    assert batches(["vllm:plain"]) == [["vllm:plain"]]
 
 
 def run(setup: str, rates: list[float]) -> Run:
