@@ -41,7 +41,7 @@ from pathlib import Path
 
 import openai
 
-from bench.peer_servers import SETUPS, start_server
+from bench.peer_servers import SETUPS, Server, start_server
 from bench.peer_workloads import PROMPTS, WORKLOADS, Phase
 
 OUT = Path("bench/out/peer.json")
@@ -53,6 +53,7 @@ class PhaseResult:
     tokens: int
     seconds: float
     served_by: dict[str, int] = field(default_factory=dict)
+    front_end_cpu_s: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -76,6 +77,12 @@ class Run:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def front_end_ms_per_1k_tokens(self) -> float:
+        """The HTTP front end's own CPU time per 1,000 completion tokens."""
+        cpu = sum(p.front_end_cpu_s for p in self.phases)
+        return 1e6 * cpu / self.tokens if self.tokens else 0.0
 
 
 async def one(client: openai.AsyncOpenAI, model: str, prompt: str, max_tokens: int,
@@ -157,24 +164,29 @@ def batches(setups: list[str]) -> list[list[str]]:
     return out or [list(setups)]
 
 
-async def run_batch(urls: dict[str, str], workload: str, max_tokens: int) -> list[Run]:
+async def run_batch(servers: dict[str, Server], workload: str, max_tokens: int
+                    ) -> list[Run]:
     """Every phase on every set-up in turn, the order rotating by phase."""
-    clients = {setup: client_for(url) for setup, url in urls.items()}
+    clients = {setup: client_for(server.url) for setup, server in servers.items()}
     models = {setup: (await c.models.list()).data[0].id for setup, c in clients.items()}
-    order = list(urls)
+    order = list(servers)
     phases: dict[str, list[PhaseResult]] = {setup: [] for setup in order}
     for i, phase in enumerate(WORKLOADS[workload]):
         for setup in order[i % len(order):] + order[:i % len(order)]:
             mode = forced_mode(setup)
             headers = {"x-spec-mode": mode} if mode else {}
-            phases[setup].append(await run_phase(clients[setup], models[setup], phase,
-                                                 max_tokens, headers))
+            cpu = servers[setup].front_end_cpu_s()
+            result = await run_phase(clients[setup], models[setup], phase, max_tokens,
+                                     headers)
+            result.front_end_cpu_s = servers[setup].front_end_cpu_s() - cpu
+            phases[setup].append(result)
     for c in clients.values():
         await c.close()
     runs = [Run(setup, workload, phases[setup]) for setup in order]
     for run in runs:
         auto = run.setup == "specgate:auto"
-        print(f"{run.setup:22} {workload:6} {run.tokens_per_s:7.1f} tok/s  "
+        print(f"{run.setup:22} {workload:6} {run.tokens_per_s:7.1f} tok/s  front end "
+              f"{run.front_end_ms_per_1k_tokens:5.0f} ms CPU/1k tokens  "
               + "  ".join(f"{p.name} {p.tokens_per_s:.1f}"
                           + (f" {p.served_by}" if auto and p.served_by else "")
                           for p in run.phases), flush=True)
@@ -187,26 +199,25 @@ def measure(setups: list[str], workloads: list[str], max_tokens: int,
     out = []
     for batch in batches(setups):
         with contextlib.ExitStack() as stack:
-            urls: dict[str, str] = {}
-            forced_url: str | None = None
+            servers: dict[str, Server] = {}
+            forced: Server | None = None
             for setup in batch:
                 if forced_mode(setup) is not None:
-                    if forced_url is None:
-                        server = stack.enter_context(start_server(
+                    if forced is None:
+                        forced = stack.enter_context(start_server(
                             SETUPS[setup], log_dir / "specgate-forced.log"))
-                        forced_url = server.url
-                        asyncio.run(warm_up(forced_url, max_tokens,
+                        asyncio.run(warm_up(forced.url, max_tokens,
                                             [forced_mode(x) for x in batch]))
-                    urls[setup] = forced_url
+                    servers[setup] = forced
                     continue
                 name = setup.replace(":", "-")
                 server = stack.enter_context(start_server(SETUPS[setup],
                                                           log_dir / f"{name}.log"))
-                urls[setup] = server.url
+                servers[setup] = server
                 if setup != "specgate:auto":   # auto starts cold, as after `make serve`
                     asyncio.run(warm_up(server.url, max_tokens, [None]))
             out.append([run for workload in workloads
-                        for run in asyncio.run(run_batch(urls, workload, max_tokens))])
+                        for run in asyncio.run(run_batch(servers, workload, max_tokens))])
     return out
 
 

@@ -58,13 +58,20 @@ SETUPS: dict[str, Setup] = {
 @dataclass(frozen=True)
 class Server:
     url: str
+    pid: int      # the HTTP front end's process (the engines run in its children)
+
+    def front_end_cpu_s(self) -> float:
+        """CPU seconds the front-end process has used: what it takes from the cores
+        the engine's threads are bound to."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
 def start_server(setup: Setup, log: Path) -> Iterator[Server]:
     if setup.gateway:
         with GatewayProcess(log, setup.env) as gateway:
-            yield Server(gateway.url)
+            yield Server(gateway.url, gateway.pid)
         return
     yield from _vllm_server(setup, log)
 
@@ -96,7 +103,7 @@ def _vllm_server(setup: Setup, log: Path) -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, proc, log)
-        yield Server(url)
+        yield Server(url, proc.pid)
     finally:
         proc.terminate()
         try:
