@@ -331,8 +331,10 @@ class AdaptivePolicy(Policy):
 
     @staticmethod
     def _evidence(inputs: DecisionInput, mode: str) -> float:
+        """Verification steps measured on this class, or on its kind of text."""
         learned = inputs.acceptance.get(mode)
-        return learned.drafts if learned is not None else 0.0
+        own = learned.drafts if learned is not None else 0.0
+        return max(own, inputs.kind_evidence.get(mode, 0.0))
 
 
 def _scores(costs: list[ModeCost]) -> Mapping[str, float]:

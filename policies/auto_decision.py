@@ -21,7 +21,7 @@ from policies.base import (
     Policy,
     group_busy,
 )
-from policies.class_prior import borrowed
+from policies.class_prior import borrowed, family
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 
@@ -45,6 +45,9 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
     also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
     classes = state.learned_classes(now, also)  # one snapshot of what is learned
     this = classes[workload_class]
+    prior = borrowed(classes, workload_class, card_tau or {})
+    kind = {mode: a.drafts for mode, a in prior.items() if not a.transferred} \
+        if family(workload_class) is not None else {}
     inputs = DecisionInput(
         modes=modes, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,
         workload_class=workload_class, acceptance=this.acceptance,
@@ -54,7 +57,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         deferred_since=memory.deferred_since(),
         recent_batch=memory.recent_batch(now, memory_s),
         classes=classes,
-        mode_acceptance=borrowed(classes, workload_class, card_tau or {}))
+        mode_acceptance=prior, kind_evidence=kind)
     decision = policy.decide(inputs)
     batches = {load.gpu_group: 0 for load in modes.values()}
     batches[modes[decision.mode].gpu_group] += 1          # this request joins it

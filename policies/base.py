@@ -132,6 +132,11 @@ class DecisionInput:
     # evidence on. Empty: the published priors alone.
     mode_acceptance: Mapping[str, LearnedAcceptance] = field(
         default_factory=lambda: MappingProxyType({}))
+    # For an unlabelled request, each mode's evidence on the request's kind of text (its
+    # feature class's family, a drafter card's figure counted as steps): a mode
+    # measured on the kind is not unmeasured on a new size of it. Empty for a label.
+    kind_evidence: Mapping[str, float] = field(
+        default_factory=lambda: MappingProxyType({}))
 
 
 def group_busy(modes: Mapping[str, ModeLoad], group: str) -> bool:

@@ -8,7 +8,7 @@ import pytest
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.auto_decision import decide_auto
-from policies.base import ClassLearned, LearnedAcceptance, ModeLoad
+from policies.base import ClassLearned, DecisionKind, LearnedAcceptance, ModeLoad
 from policies.class_prior import CARD_STEPS, borrowed, family
 from policies.cost import tokens_per_step
 from policies.routing_memory import RoutingMemory
@@ -101,3 +101,34 @@ def test_prompt_lookup_measured_on_copy_does_not_raise_its_price_for_chat() -> N
     cold = fresh()
     assert ngram_cost(taught, "auto:text:s") == pytest.approx(ngram_cost(cold, "auto:text:s"))
     assert ngram_cost(taught, "auto:copy:s") < 0.7 * ngram_cost(cold, "auto:copy:s")
+
+
+def test_a_mode_measured_on_the_kind_or_carded_is_not_explored_as_unmeasured() -> None:
+    """The first requests of a new size of a kind: EAGLE-3 has a card and n-gram was
+    measured on the kind, so neither is explored as unmeasured; a new kind explores
+    n-gram (no card) but not EAGLE-3."""
+    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                              clock=lambda: NOW)
+    for _ in range(4):
+        state.observe("ngram", "auto:copy:s", drafts=40, draft_tokens=160, accepted=100,
+                      completion_tokens=141, now=NOW)
+    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
+                                  speculative=False),
+             "ngram": speculative("ngram", "ngram", 4),
+             "eagle3": speculative("eagle3", "eagle3", 3)}
+    card = {"eagle3": {"code": 2.3, "copy": 2.2, "chat": 1.9}}
+
+    def explored(cls: str) -> set[str]:
+        out = set()
+        for draw in (0.05, 0.1, 0.2, 0.3, 0.4):   # the boosted share, past the 3%
+            _, d = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
+                               prompt_tokens=80, max_tokens=128, workload_class=cls,
+                               now=NOW, in_flight={}, explore_draw=draw, card_tau=card)
+            if d.kind is DecisionKind.EXPLORE:
+                out.add(d.mode)
+        return out
+
+    assert explored("auto:copy:m") == set()
+    assert explored("auto:text:m") == {"ngram"}
+    # A label sees no kind: every mode it has not measured is explored, as before.
+    assert "eagle3" in explored("chat")
