@@ -20,7 +20,6 @@ from policies.base import (
     ModeLoad,
     Policy,
     group_busy,
-    pooled_acceptance,
 )
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
@@ -48,7 +47,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
         deferred_since=memory.deferred_since(),
         recent_batch=memory.recent_batch(now, memory_s),
-        classes=classes, mode_acceptance=pooled_acceptance(classes))
+        classes=classes, mode_acceptance=state.pooled_acceptance(now))
     decision = policy.decide(inputs)
     batches = {load.gpu_group: 0 for load in modes.values()}
     batches[modes[decision.mode].gpu_group] += 1          # this request joins it
