@@ -3,7 +3,7 @@ with conservative priors at cold start, bounded exploration and hysteresis."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -19,16 +19,11 @@ from policies.base import (
     group_busy,
 )
 from policies.cost import (
-    Calibration,
     ClassShare,
     ModeCost,
-    calibrate,
-    estimate,
-    estimate_mix,
-    plain_prefill,
+    Pricing,
+    TauPrior,
     rounds,
-    step_time,
-    tokens_per_step,
 )
 
 
@@ -60,27 +55,34 @@ class AdaptivePolicy(Policy):
         if not candidates:
             raise NoModeAvailable("no enabled engine is up")
         output = self._expected_output(inputs)
-        cal = calibrate(inputs.modes, s)
-        marginal = self._ranked(inputs, (
-            estimate(load, inputs.modes, inputs.prompt_tokens, output,
-                     inputs.acceptance.get(load.mode), s, cal,
-                     pooled=inputs.mode_acceptance.get(load.mode)) for load in candidates))
-        groups = self._groups(inputs, output)
-        costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, cal)
-                                      for load in candidates)) if s.consolidate else marginal
+        pricing = Pricing(inputs.modes, s, pooled=inputs.mode_acceptance)
+        # Each candidate's marginal cost ranks them without ``consolidate``; with it, only
+        # an exploration draw weighs it, which most decisions never get: priced on demand.
+        priced: list[list[ModeCost]] = []
+
+        def marginal() -> list[ModeCost]:
+            if not priced:
+                priced.append(self._ranked(inputs, (
+                    pricing.estimate(load, inputs.prompt_tokens, output,
+                                     inputs.acceptance.get(load.mode)) for load in candidates)))
+            return priced[0]
+
+        groups = self._groups(inputs, output, pricing)
+        costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, pricing)
+                                      for load in candidates)) if s.consolidate else marginal()
 
         best = costs[0]
         held = self._incumbent(inputs, best.mode)
         previous = next((c for c in costs if c.mode == held and c is not best), None)
         deferred = False
         if previous is not None and not self._within_margin(inputs, previous, best):
-            deferred = self._defer(inputs, previous, best, groups, cal)
+            deferred = self._defer(inputs, previous, best, groups, pricing)
             if not deferred:
                 previous = None              # no hold: the best is served
-        explored = self._explore(inputs, candidates, marginal, costs, groups, output, cal,
-                                 (previous or best).mode)
+        explored = self._explore(inputs, candidates, marginal, costs, groups, output,
+                                 pricing, (previous or best).mode)
         if explored is not None:
-            return Decision(explored, DecisionKind.EXPLORE, scores=_scores(marginal),
+            return Decision(explored, DecisionKind.EXPLORE, scores=_scores(marginal()),
                             leader=best.mode)
 
         scores = _scores(costs)
@@ -99,7 +101,7 @@ class AdaptivePolicy(Policy):
         return held.total_s <= best.total_s * (1.0 + self._margin(inputs, best.mode))
 
     def _defer(self, inputs: DecisionInput, held: ModeCost, best: ModeCost,
-               groups: Mapping[str, _Group], cal: Calibration) -> bool:
+               groups: Mapping[str, _Group], pricing: Pricing) -> bool:
         """Keep ``held`` although ``best`` leads it beyond the margin?
 
         While the held engine still has requests and the lead has not yet paid for
@@ -111,7 +113,7 @@ class AdaptivePolicy(Policy):
         s = self.settings
         if s.drain_payback <= 0 or best.total_s <= 0:
             return False
-        drain = self._drain_s(inputs, inputs.modes[held.mode], groups, cal)
+        drain = self._drain_s(inputs, inputs.modes[held.mode], groups, pricing)
         if drain <= 0:
             return False
         starts = [t for t in (inputs.leading_since.get(best.mode),
@@ -125,24 +127,22 @@ class AdaptivePolicy(Policy):
         return lead * led < s.drain_payback * drain
 
     def _drain_s(self, inputs: DecisionInput, held: ModeLoad, groups: Mapping[str, _Group],
-                 cal: Calibration) -> float:
+                 pricing: Pricing) -> float:
         """Device time lost to ``held`` draining beside the new mode: its step at the
         smallest batch (what a round pays while it holds anyone) for as many rounds
         as its longest class in flight still needs, taken as half an answer."""
         if held.batch_size <= 0:
             return 0.0
-        s = self.settings
         flight = inputs.in_flight.get(held.mode, {})
         longest = 0.0
         for cls, n in flight.items():
             if n <= 0:
                 continue
             known = self._learned(inputs, cls)
-            tau = tokens_per_step(held, known.acceptance.get(held.mode), s,
-                                  batch=held.batch_size,
-                                  pooled=inputs.mode_acceptance.get(held.mode))
+            tau = pricing.tokens_per_step(held, known.acceptance.get(held.mode),
+                                          held.batch_size)
             longest = max(longest, rounds(known.expected_output_tokens or 0.0, tau))
-        return step_time(held, 1, s, cal) * longest / 2.0
+        return pricing.step(held, 1) * longest / 2.0
 
     def _margin(self, inputs: DecisionInput, leader: str) -> float:
         """How much cheaper than the held mode ``leader`` must be to take over.
@@ -178,7 +178,8 @@ class AdaptivePolicy(Policy):
         return sorted(costs, key=lambda c: (c.total_s, inputs.modes[c.mode].method is not None,
                                             c.mode))
 
-    def _groups(self, inputs: DecisionInput, output: float) -> dict[str, _Group]:
+    def _groups(self, inputs: DecisionInput, output: float,
+                pricing: Pricing) -> dict[str, _Group]:
         """Each device group's batch (this request included) and the mix of classes it
         would serve: this request first, then the classes in flight there."""
         s = self.settings
@@ -195,11 +196,11 @@ class AdaptivePolicy(Policy):
         for name, group in groups.items():
             # A group that held a batch a moment ago will again: closed-loop waves.
             group.batch = max(group.batch, round(inputs.recent_batch.get(name, 0.0)))
-            group.shares = [own, *self._mix(inputs, group.flight)]
+            group.shares = [own, *self._mix(inputs, group.flight, pricing)]
         return groups
 
-    def _mix(self, inputs: DecisionInput, flight: list[tuple[ModeLoad, str, int]]
-             ) -> list[ClassShare]:
+    def _mix(self, inputs: DecisionInput, flight: list[tuple[ModeLoad, str, int]],
+             pricing: Pricing) -> list[ClassShare]:
         """The classes in flight, weighted by how often each arrives rather than by how
         many are in flight: a class with long answers, or slow where it runs, is over-
         represented in flight. In a steady state each class finishes (and, in a closed
@@ -208,18 +209,24 @@ class AdaptivePolicy(Policy):
         if not flight:
             return []
         s = self.settings
+        classes = inputs.classes
         learned: dict[str, ClassLearned] = {}
         rates: dict[str, float] = {}
         total = 0
-        for load, cls, n in flight:
+        engine: ModeLoad | None = None
+        prior: TauPrior | None = None
+        for load, cls, n in flight:          # grouped by engine: each engine's prior once
+            if load is not engine:
+                engine, prior = load, pricing.tau_prior(load, load.batch_size)
             known = learned.get(cls)
             if known is None:
-                known = learned[cls] = self._learned(inputs, cls)
+                known = classes.get(cls)     # ``_learned``'s common case, without the call
+                if known is None or known.expected_output_tokens is None:
+                    known = self._learned(inputs, cls)
+                learned[cls] = known
             length = known.expected_output_tokens
             assert length is not None
-            tau = tokens_per_step(load, known.acceptance.get(load.mode), s,
-                                  batch=load.batch_size,
-                                  pooled=inputs.mode_acceptance.get(load.mode))
+            tau = 1.0 if prior is None else prior.tau(known.acceptance.get(load.mode))
             rate = n / max(rounds(length, tau), 1.0)
             rates[cls] = rates.get(cls, 0.0) + rate
             total += n
@@ -248,16 +255,14 @@ class AdaptivePolicy(Policy):
         return known
 
     def _consolidated(self, inputs: DecisionInput, load: ModeLoad,
-                      groups: Mapping[str, _Group], cal: Calibration,
+                      groups: Mapping[str, _Group], pricing: Pricing,
                       optimistic: bool = False) -> ModeCost:
         """``load``'s cost as if its device group's whole batch (plus this request)
         ran on it, serving the mix of classes in flight there: the state traffic
         converges to once new requests follow (docs/policy.md, "Design notes")."""
         group = groups[load.gpu_group]
-        return estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
-                            self.settings, cal, optimistic,
-                            plain_prefill(inputs.modes, self.settings),
-                            inputs.mode_acceptance.get(load.mode))
+        return pricing.estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
+                                    optimistic)
 
     def _incumbent(self, inputs: DecisionInput, best: str) -> str | None:
         """What hysteresis holds. While the best mode's device group is busy, the
@@ -276,8 +281,8 @@ class AdaptivePolicy(Policy):
         return max(won)[1] if won else previous
 
     def _explore(self, inputs: DecisionInput, candidates: list[ModeLoad],
-                 marginal: list[ModeCost], costs: list[ModeCost],
-                 groups: Mapping[str, _Group], output: float, cal: Calibration,
+                 marginal: Callable[[], list[ModeCost]], costs: list[ModeCost],
+                 groups: Mapping[str, _Group], output: float, pricing: Pricing,
                  serving: str) -> str | None:
         """Serve a mode other than ``serving`` (the best, or the mode hysteresis
         holds), so that every mode keeps a fresh estimate: first a speculative mode
@@ -286,7 +291,7 @@ class AdaptivePolicy(Policy):
         included: a fresh measurement is what confirms or ends its lead); only on an
         idle device group. Why these limits: docs/policy.md, "Design notes"."""
         s = self.settings
-        if len(marginal) < 2:
+        if len(candidates) < 2:
             return None
         draw = inputs.explore_draw
         boosted = min(1.0, s.exploration_share * s.unmeasured_exploration_boost)
@@ -303,23 +308,23 @@ class AdaptivePolicy(Policy):
                 and self._evidence(inputs, load.mode) < s.prior_draft_steps]
             for load in sorted(unmeasured, key=lambda m: (self._evidence(inputs, m.mode),
                                                           m.mode)):
-                view = self._consolidated(inputs, load, groups, cal, optimistic=True) \
-                    if s.consolidate else estimate(
-                        load, inputs.modes, inputs.prompt_tokens, output,
-                        inputs.acceptance.get(load.mode), s, cal, optimistic=True)
+                view = self._consolidated(inputs, load, groups, pricing, optimistic=True) \
+                    if s.consolidate else pricing.estimate(
+                        load, inputs.prompt_tokens, output, inputs.acceptance.get(load.mode),
+                        optimistic=True)
                 if view.total_s > limit:
                     continue
                 if load.gpu_group in idle:
                     return load.mode
                 # In a busy group, only if what it costs the group's batch is bounded too.
-                price = estimate(load, inputs.modes, inputs.prompt_tokens, output,
-                                 inputs.acceptance.get(load.mode), s, cal, optimistic=True)
-                if price.total_s <= marginal[0].total_s * s.exploration_max_cost_ratio:
+                price = pricing.estimate(load, inputs.prompt_tokens, output,
+                                         inputs.acceptance.get(load.mode), optimistic=True)
+                if price.total_s <= marginal()[0].total_s * s.exploration_max_cost_ratio:
                     return load.mode
-        if draw >= s.exploration_share:
+        if draw >= s.exploration_share or not idle:   # only an idle group explores here
             return None
-        best = marginal[0]
-        eligible = [c for c in marginal
+        best = marginal()[0]
+        eligible = [c for c in marginal()
                     if c.mode != serving and inputs.modes[c.mode].method is not None
                     and inputs.modes[c.mode].gpu_group in idle
                     and self._evidence(inputs, c.mode) < s.exploration_fresh_steps

@@ -47,7 +47,7 @@ class ModeLoad:
     k_schedule: tuple[tuple[int, int, int], ...] = ()
     # Measured seconds a step spends per draft token it verifies, and the draft tokens
     # per sequence ``step_profile`` is reported at: n-gram drafts only where the text
-    # repeats, so its step depends on the class it serves (``policies.cost.step_time``).
+    # repeats, so its step depends on the class it serves (``policies.step_model.step_time``).
     # 0: unmeasured, or a drafter that drafts K tokens every step.
     draft_token_s: float = 0.0
     step_drafted: float = 0.0

@@ -46,14 +46,18 @@ def family(workload_class: str) -> str | None:
 
 
 def borrowed(classes: Mapping[str, ClassLearned], workload_class: str,
-             card_tau: Mapping[str, Mapping[str, float]]) -> dict[str, LearnedAcceptance]:
+             card_tau: Mapping[str, Mapping[str, float]],
+             overall: Mapping[str, LearnedAcceptance] | None = None
+             ) -> Mapping[str, LearnedAcceptance]:
     """Each mode's acceptance for the prior of ``workload_class``.
 
     A caller's label pools every class, as a drafter's level. A feature class pools
     its family; a mode the family has not measured takes its card's figure for the
     kind (worth ``CARD_STEPS``) of evidence, else its level on
-    every class, marked as transferred."""
-    overall = pooled_acceptance(classes)
+    every class, marked as transferred. ``overall``: ``pooled_acceptance(classes)``,
+    when the caller has it already."""
+    if overall is None:
+        overall = pooled_acceptance(classes)
     own = family(workload_class)
     if own is None:
         return overall

@@ -4,7 +4,8 @@ The model, in the terms of the serving loop:
 
 * each engine advances all its requests by one *step*; a step at batch ``b``
   takes ``t(b)`` — measured per engine (decode steps only), else a prior
-  ``fixed + per_token * b * (K + 1) `` with the drafting overhead on top;
+  ``fixed + per_token * b * (K + 1) `` with the drafting overhead on top
+  (``step_model.py``);
 * engines in one GPU group time-slice the device, so one *round* (every
   busy engine stepping once) takes the sum of their step times, and a
   request advances by ``tau`` tokens per round (the mean accepted length;
@@ -25,13 +26,13 @@ The model, in the terms of the serving loop:
 
 from __future__ import annotations
 
-import functools
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import LearnedAcceptance, ModeLoad
+from policies.step_model import Calibration, calibrate, step_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +72,39 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     At ``batch``, an engine with a K table drafts the K its table gives: none at
     K = 0, and never more than ``1 + K`` tokens a step (what was learned at a
     longer K is capped, not rescaled)."""
+    prior = tau_prior(load, settings, optimistic, batch, pooled)
+    return 1.0 if prior is None else prior.tau(learned)
+
+
+@dataclass(frozen=True, slots=True)
+class TauPrior:
+    """``tokens_per_step`` of one mode at one batch up to what a class has learned: worked
+    out once and applied to every class of a device group's mix."""
+
+    cap: float                 # 1 + K: never more tokens a step
+    prior_tau: float           # the prior, discounted and blended with ``pooled``
+    unlearned: float           # a class without evidence on the mode
+    prior_draft_steps: float
+
+    def tau(self, learned: LearnedAcceptance | None) -> float:
+        if learned is not None and learned.drafts > 0:
+            w = learned.drafts / (learned.drafts + self.prior_draft_steps)
+            return min(self.cap, max(1.0, w * learned.mean_accepted_length
+                                     + (1 - w) * self.prior_tau))
+        return self.unlearned
+
+
+def tau_prior(load: ModeLoad, settings: AdaptiveSettings, optimistic: bool = False,
+              batch: float | None = None,
+              pooled: LearnedAcceptance | None = None) -> TauPrior | None:
+    """None where a step yields one token whatever is learned (plain decoding, or K = 0
+    at ``batch``)."""
     prior = settings.prior_for(load.method)
     if prior is None:
-        return 1.0
+        return None
     k = load.num_speculative_tokens if batch is None else load.draft_length(batch)
     if load.k_schedule and k == 0:
-        return 1.0
+        return None
     cap = 1.0 + max(k, 1)
     prior_tau = min(prior.mean_accepted_length, cap)
     if not optimistic:
@@ -85,34 +113,10 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
                 pooled.transferred and pooled.mean_accepted_length > prior_tau):
             w = pooled.drafts / (pooled.drafts + settings.prior_draft_steps)
             prior_tau = min(cap, w * pooled.mean_accepted_length + (1 - w) * prior_tau)
-    if learned is not None and learned.drafts > 0:
-        w = learned.drafts / (learned.drafts + settings.prior_draft_steps)
-        return min(cap, max(1.0, w * learned.mean_accepted_length + (1 - w) * prior_tau))
+    unlearned = prior_tau
     if load.mean_accepted_length is not None:  # the engine's live window, any class
-        return min(cap, max(1.0, 0.5 * load.mean_accepted_length + 0.5 * prior_tau))
-    return prior_tau
-
-
-def step_time(load: ModeLoad, batch: float, settings: AdaptiveSettings,
-              cal: Calibration, drafted: float | None = None) -> float:
-    """Seconds for one step of ``load``'s engine at ``batch`` (0 when idle), its
-    sequences drafting ``drafted`` tokens a step (None: as the profile measured).
-
-    Measured where the profile covers ``batch`` (interpolated). Outside it, the
-    calibrated prior's shape (``_prior_step``) scaled to the nearest measured point:
-    it knows that a step verifying ``K + 1`` tokens per sequence grows faster with
-    batch than a plain one, which a slope taken from a few low batches cannot know (a
-    wide tree measured at batch 1 would otherwise look cheap at batch 128).
-
-    Where the engine measured what a draft token costs (n-gram, whose drafts vary with
-    the text), the step is moved from the draft tokens per sequence it was measured at
-    to ``drafted`` (at most the K it drafts at ``batch``), never below a third of it."""
-    seconds = _profile_step(load, batch, settings, cal)
-    if drafted is None or load.draft_token_s <= 0 or seconds <= 0:
-        return seconds
-    drafted = min(max(drafted, 0.0), float(load.draft_length(batch)))
-    return max(seconds + load.draft_token_s * batch * (drafted - load.step_drafted),
-               seconds / 3.0)
+        unlearned = min(cap, max(1.0, 0.5 * load.mean_accepted_length + 0.5 * prior_tau))
+    return TauPrior(cap, prior_tau, unlearned, settings.prior_draft_steps)
 
 
 def drafted_per_step(learned: LearnedAcceptance | None,
@@ -125,144 +129,174 @@ def drafted_per_step(learned: LearnedAcceptance | None,
     return None
 
 
-def _profile_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
-                  cal: Calibration) -> float:
-    if batch <= 0:
-        return 0.0
-    prior = _prior_step(load, batch, settings, cal)
-    points = _points(load.step_profile)
-    if not points:
+class ClassShare(NamedTuple):
+    """One workload class's part of a device group's mix. A named tuple, not a frozen
+    dataclass: a decision builds one per class of the mix, and a tuple builds faster."""
+
+    weight: float                        # requests of the class (this one counts on its own)
+    output_tokens: float                 # expected completion length
+    learned: Mapping[str, LearnedAcceptance]   # mode -> acceptance on the class
+
+
+class Pricing:
+    """The cost model over one decision's engines (``modes``, one load per mode) and what
+    each mode accepts over every class (``pooled``: see ``tokens_per_step``).
+
+    The calibration and plain decoding's prefill are worked out once, and each step
+    time and tau prior once per (mode, batch, ...): every candidate's estimate prices
+    its peers' steps too, some thirty step times a decision of which a handful differ."""
+
+    __slots__ = ("_groups", "_priors", "_steps", "cal", "modes", "plain", "pooled",
+                 "settings")
+
+    def __init__(self, modes: Mapping[str, ModeLoad], settings: AdaptiveSettings,
+                 cal: Calibration | None = None,
+                 pooled: Mapping[str, LearnedAcceptance] | None = None) -> None:
+        self.modes = modes
+        self.settings = settings
+        self.cal = calibrate(modes, settings) if cal is None else cal
+        self.plain = plain_prefill(modes, settings)
+        self.pooled: Mapping[str, LearnedAcceptance] = pooled or {}
+        self._steps: dict[tuple[str, float, float | None], float] = {}
+        self._priors: dict[tuple[str, float | None, bool], TauPrior | None] = {}
+        self._groups: dict[str, list[ModeLoad]] = {}
+
+    def step(self, load: ModeLoad, batch: float, drafted: float | None = None) -> float:
+        """``step_time``, memoised."""
+        key = (load.mode, batch, drafted)
+        seconds = self._steps.get(key)
+        if seconds is None:
+            seconds = self._steps[key] = step_time(load, batch, self.settings, self.cal,
+                                                   drafted)
+        return seconds
+
+    def tau_prior(self, load: ModeLoad, batch: float | None,
+                  optimistic: bool = False) -> TauPrior | None:
+        """``tau_prior``, memoised, with the mode's pooled acceptance."""
+        key = (load.mode, batch, optimistic)
+        if key in self._priors:
+            return self._priors[key]
+        prior = self._priors[key] = tau_prior(load, self.settings, optimistic, batch,
+                                              self.pooled.get(load.mode))
         return prior
-    (b0, s0), (b1, s1) = points[0], points[-1]
-    if batch < b0:
-        return min(s0, s0 * prior / _prior_step(load, b0, settings, cal))
-    if batch > b1:
-        # Scaled to the measured point, and at least what the batch adds on the
-        # calibrated prior: an engine that measures cheaper than the prior at b1 (its
-        # drafting below the prior's overhead) must not scale the growth down with it.
-        at_b1 = _prior_step(load, b1, settings, cal)
-        shaped = max(s1 * prior / at_b1, s1 + prior - at_b1)
-        if len(points) == 1:
-            return shaped
-        return max(shaped, s1 + _slope(list(points[-3:])) * (batch - b1))
-    for (ba, sa), (bb, sb) in itertools.pairwise(points):
-        if ba <= batch <= bb:
-            return sa + (sb - sa) * (batch - ba) / (bb - ba)
-    return s1
 
+    def tokens_per_step(self, load: ModeLoad, learned: LearnedAcceptance | None,
+                        batch: float | None, optimistic: bool = False) -> float:
+        prior = self.tau_prior(load, batch, optimistic)
+        return 1.0 if prior is None else prior.tau(learned)
 
-@functools.lru_cache(maxsize=256)
-def _points(profile: tuple[tuple[int, float, int], ...]) -> tuple[tuple[float, float], ...]:
-    # Called for every mode several times per decision, with a profile that changes
-    # only a few times a second.
-    return tuple(sorted((float(b), s) for b, s, n in profile if n > 0))
+    def estimate(self, candidate: ModeLoad, prompt_tokens: int, output_tokens: float,
+                 learned: LearnedAcceptance | None, optimistic: bool = False) -> ModeCost:
+        """The marginal cost: this request joins ``candidate`` beside the others as they
+        are."""
+        settings = self.settings
+        tau = self.tokens_per_step(candidate, learned, candidate.batch_size + 1, optimistic)
+        group = self._group(candidate.gpu_group)
+        others = sum(self.step(m, m.batch_size) for m in group if m.mode != candidate.mode)
+        before = self.step(candidate, candidate.batch_size)
+        after = self.step(candidate, candidate.batch_size + 1)
+        drafted = drafted_per_step(learned, self.pooled.get(candidate.mode))
+        if drafted is not None:      # the sequence that joins drafts as its class does
+            after += self.step(candidate, 1, drafted) - self.step(candidate, 1)
+        n = rounds(output_tokens, tau)
+        own = _prefill(candidate, prompt_tokens, settings, self.cal.scale, self.plain) + \
+            n * (others + after)
+        waiting_requests = sum(m.batch_size for m in group)
+        delay = settings.externality_weight * waiting_requests * (after - before) * n
+        return ModeCost(candidate.mode, own + delay, own, delay, tau)
 
+    def _group(self, name: str) -> list[ModeLoad]:
+        """The engines of device group ``name`` that are up."""
+        group = self._groups.get(name)
+        if group is None:
+            group = self._groups[name] = [m for m in self.modes.values()
+                                          if m.gpu_group == name and m.up]
+        return group
 
-def _slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope (never negative): two neighbouring buckets alone are
-    noisy enough to double an extrapolation."""
-    mb = sum(b for b, _ in points) / len(points)
-    ms = sum(s for _, s in points) / len(points)
-    var = sum((b - mb) ** 2 for b, _ in points)
-    return max(sum((b - mb) * (s - ms) for b, s in points) / var, 0.0) if var > 0 else 0.0
+    def estimate_mix(self, candidate: ModeLoad, group_batch: int,
+                     shares: Sequence[ClassShare], prompt_tokens: int,
+                     optimistic: bool = False) -> ModeCost:
+        """The mean cost of a request of the group's mix (``shares``, this request's
+        first) if the whole group (``group_batch``, this request included) ran on
+        ``candidate``.
 
+        Engines sharing a device time-slice it, so serving each class on the mode best
+        for it alone keeps several engines busy and every round costs the sum of their
+        steps; what one device should run is the mode that serves the mix best. With a
+        single share it is this request's own cost. ``optimistic`` applies to the first
+        share (this request's class) only.
 
-def _prior_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
-                cal: Calibration) -> float:
-    """The prior's step, its two parts calibrated on plain decoding's measurements
-    (``Calibration``): the fixed part (with the method's drafting overhead) and what
-    grows with the batch, per sequence and per verified token beyond the knee."""
-    prior = settings.prior_for(load.method)
-    overhead = prior.draft_overhead if prior is not None else 0.0
-    fixed, grows = _prior_parts(batch, load.draft_length(batch), settings)
-    return cal.scale * fixed * (1.0 + overhead) + cal.slope * grows
-
-
-def _prior_parts(batch: float, k: int, settings: AdaptiveSettings) -> tuple[float, float]:
-    """The prior's fixed seconds, and its seconds that grow with the batch at draft
-    length ``k``. Below the knee a step is bound by reading the weights: verified
-    tokens are free."""
-    tokens = max(batch * (k + 1) - settings.step_knee_tokens, 0.0)
-    return settings.step_fixed_s, settings.step_per_seq_s * batch + \
-        settings.step_per_token_s * tokens
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """How plain decoding's measured steps compare with the prior's two parts: its
-    fixed part (``scale``) and the part that grows with the batch (``slope``).
-
-    Applied to the prior of every mode, so that a mode without measurements is not
-    compared against GPU-speed guesses on a slow machine, and so that a profile is
-    extrapolated beyond its measurements at this hardware's growth. The prior is a
-    GPU's, nearly flat while reading the weights dominates; on the 2-core CPU every
-    verified token costs about eight times what it assumes, and a drafter measured
-    only alone read three times too cheap at batch 16 (docs/policy.md, "Steps the
-    profile has not measured"). Both 1.0 while unmeasured; with plain decoding
-    measured at one batch only, both are its ratio to the prior there."""
-
-    scale: float = 1.0
-    slope: float = 1.0
-
-
-def calibrate(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> Calibration:
-    """Fit plain decoding's measured profile as ``scale * fixed + slope * grows``
-    (least squares over its buckets; ``_prior_parts``)."""
-    for load in modes.values():
-        if load.method is None and load.step_profile:
-            return _fit(_points(load.step_profile), settings)
-    return Calibration()
-
-
-def _fit(points: tuple[tuple[float, float], ...], settings: AdaptiveSettings) -> Calibration:
-    parts = [(*_prior_parts(b, 0, settings), s) for b, s in points]
-    f0, g0, s0 = parts[0]
-    single = s0 / (f0 + g0) if f0 + g0 > 0 else 1.0
-    # Solve s = scale * f + slope * g in least squares (f is the same at every batch,
-    # so the slope is the one of s on g, and scale * f the intercept).
-    if len({g for _, g, _ in parts}) < 2 or f0 <= 0:
-        return Calibration(single, single)
-    slope = _slope([(g, s) for _, g, s in parts])
-    n = len(parts)
-    scale = (sum(s for _, _, s in parts) - slope * sum(g for _, g, _ in parts)) / n / f0
-    if scale <= 0:
-        return Calibration(single, single)
-    return Calibration(scale, slope)
+        A request waits through the prefills of its batch, not only its own: in that
+        steady state each of the ``group_batch`` places turns over about once in a
+        request's life, and every prefill stalls the whole batch (taken at this
+        request's prompt length; ``plain``: see ``_prefill``). Per request of throughput
+        that is the device time ``prefill + rounds * step / batch``, times the batch."""
+        mode, settings = candidate.mode, self.settings
+        pooled = self.pooled.get(mode)
+        total = weight = 0.0
+        tau = 1.0
+        drafted = drafted_rounds = 0.0   # draft tokens per step of the mix, by rounds
+        if shares:                       # this request's class, ``optimistic`` applies
+            first = shares[0]
+            learned = first.learned.get(mode)
+            tau = self.tokens_per_step(candidate, learned, group_batch, optimistic)
+            n = first.weight * rounds(first.output_tokens, tau)
+            total += n
+            weight += first.weight
+            first_drafted = drafted_per_step(learned, pooled)
+            if first_drafted is not None:
+                drafted += n * first_drafted
+                drafted_rounds += n
+        # The hot loop of a decision: every class of the mix, for every candidate. So the
+        # part of tau that is the same for every class is worked out once (``TauPrior``),
+        # and ``TauPrior.tau``, ``rounds`` and ``drafted_per_step`` are inlined (min and
+        # max spelt as the comparisons they make); test_cost pins it to them.
+        prior = self.tau_prior(candidate, group_batch)
+        cap, prior_tau, unlearned, steps = (1.0,) * 4 if prior is None else \
+            (prior.cap, prior.prior_tau, prior.unlearned, prior.prior_draft_steps)
+        pooled_drafted = drafted_per_step(None, pooled)
+        for share in shares[1:]:
+            learned = share.learned.get(mode)
+            if prior is None:
+                t = 1.0
+            elif learned is not None and learned.drafts > 0:
+                w = learned.drafts / (learned.drafts + steps)
+                t = w * learned.mean_accepted_length + (1 - w) * prior_tau
+                t = t if t > 1.0 else 1.0                     # max(1.0, t)
+                t = t if t < cap else cap                     # min(cap, t)
+            else:
+                t = unlearned
+            output = share.output_tokens
+            if output > 1.0:                                  # rounds(output, t)
+                r = (output - 1.0) / t
+                n = share.weight * (1.0 if 1.0 > r else r)
+            else:
+                n = share.weight * 0.0
+            total += n
+            weight += share.weight
+            share_drafted = learned.draft_tokens_per_step \
+                if learned is not None and learned.draft_tokens_per_step is not None \
+                else pooled_drafted
+            if share_drafted is not None:
+                drafted += n * share_drafted
+                drafted_rounds += n
+        # The mix's sequences draft as each class does, in proportion to the rounds its
+        # requests spend in the batch.
+        step = self.step(candidate, group_batch,
+                         drafted / drafted_rounds if drafted_rounds > 0 else None)
+        prefills = max(group_batch, 1) * _prefill(candidate, prompt_tokens, settings,
+                                                  self.cal.scale, self.plain)
+        own = prefills + (step * total / weight if weight > 0 else 0.0)
+        return ModeCost(candidate.mode, own, own, 0.0, tau)
 
 
 def estimate(candidate: ModeLoad, modes: Mapping[str, ModeLoad], prompt_tokens: int,
              output_tokens: float, learned: LearnedAcceptance | None,
              settings: AdaptiveSettings, cal: Calibration, optimistic: bool = False,
              pooled: LearnedAcceptance | None = None) -> ModeCost:
-    """The marginal cost: this request joins ``candidate`` beside the others as they are
-    (``pooled``: see ``tokens_per_step``)."""
-    tau = tokens_per_step(candidate, learned, settings, optimistic,
-                          batch=candidate.batch_size + 1, pooled=pooled)
-    group = [m for m in modes.values() if m.gpu_group == candidate.gpu_group and m.up]
-    others = sum(step_time(m, m.batch_size, settings, cal)
-                 for m in group if m.mode != candidate.mode)
-    before = step_time(candidate, candidate.batch_size, settings, cal)
-    after = step_time(candidate, candidate.batch_size + 1, settings, cal)
-    drafted = drafted_per_step(learned, pooled)
-    if drafted is not None:      # the sequence that joins drafts as its class does
-        after += step_time(candidate, 1, settings, cal, drafted) - \
-            step_time(candidate, 1, settings, cal)
-    n = rounds(output_tokens, tau)
-    own = _prefill(candidate, prompt_tokens, settings, cal.scale,
-                   plain_prefill(modes, settings)) + \
-        n * (others + after)
-    waiting_requests = sum(m.batch_size for m in group)
-    delay = settings.externality_weight * waiting_requests * (after - before) * n
-    return ModeCost(candidate.mode, own + delay, own, delay, tau)
-
-
-@dataclass(frozen=True, slots=True)
-class ClassShare:
-    """One workload class's part of a device group's mix."""
-
-    weight: float                        # requests of the class (this one counts on its own)
-    output_tokens: float                 # expected completion length
-    learned: Mapping[str, LearnedAcceptance]   # mode -> acceptance on the class
+    """``Pricing.estimate`` on its own."""
+    return Pricing(modes, settings, cal, _pooled(candidate, pooled)).estimate(
+        candidate, prompt_tokens, output_tokens, learned, optimistic)
 
 
 def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassShare],
@@ -270,44 +304,15 @@ def estimate_mix(candidate: ModeLoad, group_batch: int, shares: Sequence[ClassSh
                  optimistic: bool = False,
                  plain: float | None = None,
                  pooled: LearnedAcceptance | None = None) -> ModeCost:
-    """The mean cost of a request of the group's mix (``shares``, this request's first)
-    if the whole group (``group_batch``, this request included) ran on ``candidate``.
+    """``Pricing.estimate_mix`` on its own, plain decoding's prefill given (``plain``)."""
+    pricing = Pricing({}, settings, cal, _pooled(candidate, pooled))
+    pricing.plain = plain
+    return pricing.estimate_mix(candidate, group_batch, shares, prompt_tokens, optimistic)
 
-    Engines sharing a device time-slice it, so serving each class on the mode best
-    for it alone keeps several engines busy and every round costs the sum of their
-    steps; what one device should run is the mode that serves the mix best. With a
-    single share it is this request's own cost. ``optimistic`` applies to the first
-    share (this request's class) only.
 
-    A request waits through the prefills of its batch, not only its own: in that
-    steady state each of the ``group_batch`` places turns over about once in a
-    request's life, and every prefill stalls the whole batch (taken at this
-    request's prompt length; ``plain``: see ``_prefill``). Per request of throughput
-    that is the device time ``prefill + rounds * step / batch``, times the batch."""
-    total = weight = 0.0
-    tau = 1.0
-    drafted = drafted_rounds = 0.0   # draft tokens per step of the mix, by rounds
-    for i, share in enumerate(shares):
-        learned = share.learned.get(candidate.mode)
-        t = tokens_per_step(candidate, learned, settings,
-                            optimistic and i == 0, batch=group_batch, pooled=pooled)
-        if i == 0:
-            tau = t
-        n = share.weight * rounds(share.output_tokens, t)
-        total += n
-        weight += share.weight
-        share_drafted = drafted_per_step(learned, pooled)
-        if share_drafted is not None:
-            drafted += n * share_drafted
-            drafted_rounds += n
-    # The mix's sequences draft as each class does, in proportion to the rounds its
-    # requests spend in the batch.
-    step = step_time(candidate, group_batch, settings, cal,
-                     drafted / drafted_rounds if drafted_rounds > 0 else None)
-    prefills = max(group_batch, 1) * _prefill(candidate, prompt_tokens, settings, cal.scale,
-                                              plain)
-    own = prefills + (step * total / weight if weight > 0 else 0.0)
-    return ModeCost(candidate.mode, own, own, 0.0, tau)
+def _pooled(candidate: ModeLoad, pooled: LearnedAcceptance | None
+            ) -> dict[str, LearnedAcceptance]:
+    return {} if pooled is None else {candidate.mode: pooled}
 
 
 def rounds(output_tokens: float, tau: float) -> float:

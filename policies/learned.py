@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from policies.base import DEFAULT_WORKLOAD_CLASS, ClassLearned, LearnedAcceptance
+from policies.base import (
+    DEFAULT_WORKLOAD_CLASS,
+    ClassLearned,
+    LearnedAcceptance,
+    pooled_acceptance,
+)
 from policies.store.base import AcceptanceSums, OutputLengthSums, StoreState
 
 # The learned-state snapshot is recomputed at least this often (see learned_classes).
@@ -40,6 +45,7 @@ class LearnedStats:
         self._learned_at = 0.0
         self._learned_half_life = 0.0
         self._dirty: set[str] = set()
+        self._pooled: dict[str, LearnedAcceptance] | None = None   # of _learned
 
     def workload_class(self, requested: str | None) -> str:
         """Bounded cardinality: past ``max_classes`` new names count as the default."""
@@ -79,6 +85,22 @@ class LearnedStats:
 
         A snapshot, not recomputed per request: see docs/policy.md, "Decision cost".
         Means are exact; request counts lag by at most ``SNAPSHOT_REFRESH_S``."""
+        learned = self._snapshot(now)
+        missing = [cls for cls in also if cls not in learned]
+        if not missing:
+            return learned
+        return {**learned, **{cls: ClassLearned() for cls in missing}}
+
+    def pooled_acceptance(self, now: float) -> Mapping[str, LearnedAcceptance]:
+        """``pooled_acceptance`` of ``learned_classes``, worked out once per snapshot
+        rather than per request (a class only named in ``also`` has learned nothing)."""
+        learned = self._snapshot(now)
+        if self._pooled is None:
+            self._pooled = pooled_acceptance(learned)
+        return self._pooled
+
+    def _snapshot(self, now: float) -> dict[str, ClassLearned]:
+        """What is learned as of ``now``, refreshed as ``learned_classes`` says."""
         half_life = self.half_life()
         learned = self._learned
         if learned is None or half_life != self._learned_half_life or \
@@ -88,14 +110,13 @@ class LearnedStats:
             learned = self._learned = {cls: self._class_learned(cls, now) for cls in classes}
             self._learned_at, self._learned_half_life = now, half_life
             self._dirty.clear()
+            self._pooled = None
         elif self._dirty:
             for cls in self._dirty:
                 learned[cls] = self._class_learned(cls, now)
             self._dirty.clear()
-        missing = [cls for cls in also if cls not in learned]
-        if not missing:
-            return learned
-        return {**learned, **{cls: ClassLearned() for cls in missing}}
+            self._pooled = None
+        return learned
 
     def observe(self, mode: str, workload_class: str, drafts: int, draft_tokens: int,
                 accepted: int, completion_tokens: int, now: float,

@@ -72,6 +72,7 @@ class SharedPolicyState:
         self.acceptance_for = self.learned.acceptance_for
         self.expected_output = self.learned.expected_output
         self.learned_classes = self.learned.learned_classes
+        self.pooled_acceptance = self.learned.pooled_acceptance
         self.observe = self.learned.observe
         self.observe_acceptance = self.learned.observe_acceptance
 

@@ -224,7 +224,7 @@ class Dispatcher:
         group runs instead: two busy engines there run slower than either alone. A cost
         decision is a switch, and the group's requests move with it (``open``)."""
         mode = decision.mode
-        info = self.mode_info.get(mode, ModeInfo())
+        info = self.mode_info.get(mode) or ModeInfo()
         if not info.exclusive or decision.kind is DecisionKind.COST:
             return decision
         flight = self.in_flight()
@@ -349,7 +349,7 @@ class Dispatcher:
 
     def _load(self, name: str, engine: Engine) -> ModeLoad:
         s = engine.stats()
-        info = self.mode_info.get(name, ModeInfo())
+        info = self.mode_info.get(name) or ModeInfo()   # no default built per request
         return ModeLoad(mode=name, up=s.up, batch_size=s.batch_size,
                         speculative=s.spec is not None, kv_cache_usage=s.kv_cache_usage,
                         acceptance_rate=s.recent_acceptance_rate,

@@ -17,7 +17,8 @@ from policies.base import (
     ModeLoad,
     NoModeAvailable,
 )
-from policies.cost import Calibration, plain_prefill, step_time
+from policies.cost import plain_prefill
+from policies.step_model import Calibration, step_time
 
 K = {"standard": 0, "ngram": 4, "eagle3": 3, "dflash": 4}
 METHOD = {"standard": None, "ngram": "ngram", "eagle3": "eagle3", "dflash": "dflash"}
@@ -366,12 +367,13 @@ def test_classes_in_flight_are_weighted_by_arrivals_not_by_count() -> None:
     """Long answers stay in flight longer: 20 code requests of 2,000 tokens in flight
     arrive as often as 4 chat requests of 400; counted as they are in flight, code
     would weigh 20/24 of the mix instead of 1/2."""
-    from policies.cost import ClassShare
+    from policies.cost import ClassShare, Pricing
     classes = {"code": ClassLearned({}, 2001.0), "chat": ClassLearned({}, 401.0)}
     inputs = case(modes={"standard": load("standard", batch=24)}, max_tokens=None,
                   in_flight={"standard": {"code": 20, "chat": 4}}, classes=classes)
     policy = AdaptivePolicy(AdaptiveSettings(mix_prior_requests=0.0))
-    shares: list[ClassShare] = policy._groups(inputs, 100.0)["0"].shares
+    pricing = Pricing(inputs.modes, policy.settings)
+    shares: list[ClassShare] = policy._groups(inputs, 100.0, pricing)["0"].shares
     weights = {s.output_tokens: s.weight for s in shares[1:]}
     assert weights[2001.0] == pytest.approx(12.0)
     assert weights[401.0] == pytest.approx(12.0)

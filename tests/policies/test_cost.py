@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -17,14 +18,14 @@ from policies.base import (
     pooled_acceptance,
 )
 from policies.cost import (
-    Calibration,
     ClassShare,
-    calibrate,
+    drafted_per_step,
     estimate,
     estimate_mix,
-    step_time,
+    rounds,
     tokens_per_step,
 )
+from policies.step_model import Calibration, calibrate, step_time
 
 SETTINGS = AdaptiveSettings()
 # K = 3 alone, 2 from batch 4, none from batch 16 on (a gap 8-15 keeps K = 2).
@@ -241,3 +242,63 @@ def test_what_is_learned_carries_the_draft_tokens_per_step() -> None:
     pooled = pooled_acceptance({"copy": ClassLearned({"ngram": copy}),
                                 "free": ClassLearned({"ngram": free})})["ngram"]
     assert pooled.draft_tokens_per_step == pytest.approx(48 / 58)
+
+
+# --- the mix loop inlines the scalar functions: it must price as they do -------------
+
+def _mix_as_spelt(candidate: ModeLoad, group_batch: int, shares: list[ClassShare],
+                  optimistic: bool, pooled: LearnedAcceptance | None) -> tuple[float, float]:
+    """``estimate_mix``'s rounds and step, from ``tokens_per_step``, ``rounds``,
+    ``drafted_per_step`` and ``step_time`` (tau of the first share; cost less prefill)."""
+    total = weight = drafted = drafted_rounds = 0.0
+    tau = 1.0
+    for i, share in enumerate(shares):
+        learned = share.learned.get(candidate.mode)
+        t = tokens_per_step(candidate, learned, SETTINGS, optimistic and i == 0,
+                            batch=group_batch, pooled=pooled)
+        if i == 0:
+            tau = t
+        n = share.weight * rounds(share.output_tokens, t)
+        total += n
+        weight += share.weight
+        share_drafted = drafted_per_step(learned, pooled)
+        if share_drafted is not None:
+            drafted += n * share_drafted
+            drafted_rounds += n
+    step = step_time(candidate, group_batch, SETTINGS, Calibration(),
+                     drafted / drafted_rounds if drafted_rounds > 0 else None)
+    return tau, step * total / weight
+
+
+def test_the_mix_loop_prices_exactly_as_the_scalar_functions() -> None:
+    rng = random.Random(7)
+
+    def maybe_learned() -> LearnedAcceptance | None:
+        kind = rng.random()
+        if kind < 0.2:
+            return None
+        return LearnedAcceptance(1.0 + 3 * rng.random(), rng.random(), rng.random() * 50,
+                                 0.0 if kind < 0.35 else rng.random() * 400,
+                                 None if rng.random() < 0.3 else 4 * rng.random())
+
+    candidates = [
+        ModeLoad(mode="standard", up=True, batch_size=3, speculative=False, prefill_s=0.01),
+        replace(eagle3(batch=2), prefill_s=0.02),
+        replace(eagle3(batch=2), prefill_s=0.02, mean_accepted_length=2.2),
+        replace(_ngram(batch=5), prefill_s=0.01),
+    ]
+    for _ in range(300):
+        shares = [ClassShare(rng.choice([1.0, 0.5 + rng.random() * 5]),
+                             rng.choice([0.0, 1.0, 1.5, 1 + rng.random() * 900]),
+                             {m: a for m in ("eagle3", "ngram", "standard")
+                              if (a := maybe_learned()) is not None})
+                  for _ in range(rng.randint(1, 12))]
+        pooled = maybe_learned()
+        optimistic = rng.random() < 0.3
+        for candidate in candidates:
+            batch = rng.choice([1, 4, 16, 40])
+            cost = estimate_mix(candidate, batch, shares, 100, SETTINGS, Calibration(),
+                                optimistic, pooled=pooled)
+            tau, decode = _mix_as_spelt(candidate, batch, shares, optimistic, pooled)
+            assert cost.tokens_per_step == tau
+            assert cost.own_s == batch * candidate.prefill_s + decode   # bit for bit

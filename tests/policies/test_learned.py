@@ -67,3 +67,25 @@ def test_sent_data_counts_once_until_the_store_is_read_again() -> None:
     learned.read(StoreState({("ngram", "copy"): AcceptanceSums(5, 20, 15, 1.0, now)},
                             {"copy": OutputLengthSums(21, 1.0, now)}, {}, None, 1))
     assert learned.learned_classes(now)["copy"].requests == pytest.approx(2.0)
+
+
+def test_each_modes_level_follows_the_snapshot() -> None:
+    """``pooled_acceptance`` is kept with the snapshot: what every class of it gives,
+    again after a request finishes and after the store is read."""
+    from policies.base import pooled_acceptance
+
+    learned, now = stats(), 1000.0
+    learned.observe("eagle3", "chat", drafts=10, draft_tokens=30, accepted=10,
+                    completion_tokens=21, now=now)
+    learned.observe("eagle3", "code", drafts=30, draft_tokens=90, accepted=60,
+                    completion_tokens=91, now=now)
+    first = learned.pooled_acceptance(now)
+    assert first == pooled_acceptance(learned.learned_classes(now, also=["new"]))
+    learned.observe("eagle3", "chat", drafts=10, draft_tokens=30, accepted=30,
+                    completion_tokens=41, now=now + 0.1)
+    second = learned.pooled_acceptance(now + 0.1)
+    assert second == pooled_acceptance(learned.learned_classes(now + 0.1))
+    assert second["eagle3"].mean_accepted_length > first["eagle3"].mean_accepted_length
+    learned.read(StoreState({}, {}, {}, None, 1))
+    assert learned.pooled_acceptance(now + 0.2) == \
+        pooled_acceptance(learned.learned_classes(now + 0.2))
