@@ -107,7 +107,8 @@ train-drafters: install
 		--out drafters
 
 # SpecGate against vLLM's own OpenAI server with each single method, same machine, same
-# client, phased unlabelled workloads (bench/out/peer.json); about 50 minutes on 2 cores.
+# client, phased unlabelled workloads, side by side (bench/out/peer.json); about 25
+# minutes on 2 cores.
 bench-peer: install
 	$(PY) -m bench.peer
 
