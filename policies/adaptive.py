@@ -109,9 +109,13 @@ class AdaptivePolicy(Policy):
         one until its last request ends, and every round pays its step on top. A lead
         that has lasted ``T`` is taken to last about as long again, so it pays once
         ``lead * T`` exceeds that drain. ``T`` runs from when ``best`` took the lead or
-        from the group's first deferral of this switch, whichever is earlier."""
+        from the group's first deferral of this switch, whichever is earlier.
+
+        Never in a device group whose switch moves its requests along
+        (``moving_groups``): no engine is left draining there."""
         s = self.settings
-        if s.drain_payback <= 0 or best.total_s <= 0:
+        if s.drain_payback <= 0 or best.total_s <= 0 or \
+                inputs.modes[held.mode].gpu_group in inputs.moving_groups:
             return False
         drain = self._drain_s(inputs, inputs.modes[held.mode], groups, pricing)
         if drain <= 0:

@@ -31,12 +31,13 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
                 prompt_tokens: int, max_tokens: int | None, workload_class: str, now: float,
                 in_flight: Mapping[str, Mapping[str, int]],
                 explore_draw: float, narrowed: bool = False,
-                card_tau: Mapping[str, Mapping[str, float]] | None = None
+                card_tau: Mapping[str, Mapping[str, float]] | None = None,
+                moving_groups: frozenset[str] = frozenset()
                 ) -> tuple[DecisionInput, Decision]:
     """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does.
 
     ``card_tau``: each mode's drafter card, held-out acceptance by kind of prompt
-    (``policies/class_prior.py``).
+    (``policies/class_prior.py``). ``moving_groups``: ``DecisionInput.moving_groups``.
 
     ``narrowed``: ``modes`` leaves out modes that cannot serve this request, so its
     winner is no winner for its class or device group and is not remembered as one."""
@@ -57,7 +58,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         deferred_since=memory.deferred_since(),
         recent_batch=memory.recent_batch(now, memory_s),
         classes=classes,
-        mode_acceptance=prior, kind_evidence=kind)
+        mode_acceptance=prior, kind_evidence=kind, moving_groups=moving_groups)
     decision = policy.decide(inputs)
     batches = {load.gpu_group: 0 for load in modes.values()}
     batches[modes[decision.mode].gpu_group] += 1          # this request joins it

@@ -137,6 +137,9 @@ class DecisionInput:
     # measured on the kind is not unmeasured on a new size of it. Empty for a label.
     kind_evidence: Mapping[str, float] = field(
         default_factory=lambda: MappingProxyType({}))
+    # Device groups whose switch moves every request in flight to the new mode at once
+    # (the gateway's exclusive CPU group): a switch there leaves no engine draining.
+    moving_groups: frozenset[str] = frozenset()
 
 
 def group_busy(modes: Mapping[str, ModeLoad], group: str) -> bool:

@@ -102,6 +102,10 @@ class Dispatcher:
         self.clock = clock
         self.rng = rng or random.Random()
         self.mover = mover   # None: requests finish where they started
+        # An exclusive group's switch moves its requests, whatever the old engine has
+        # measured: left where they are, they would run beside the new engine's.
+        self.moving_groups = frozenset(info.gpu_group for info in self.mode_info.values()
+                                       if info.exclusive) if mover is not None else frozenset()
         self.move_observers = list(move_observers or [])
 
     def group_of(self, mode: str) -> str:
@@ -198,7 +202,7 @@ class Dispatcher:
                     max_tokens=max_tokens, workload_class=cls, now=now,
                     in_flight=self.in_flight(),
                     explore_draw=self.rng.random(), narrowed=bool(refused),
-                    card_tau=self.card_tau)
+                    card_tau=self.card_tau, moving_groups=self.moving_groups)
             except NoModeAvailable as e:
                 if full:
                     raise queue_full(admission.per_mode) from e
@@ -293,7 +297,8 @@ class Dispatcher:
         for stream in self.mover.candidates(target):
             source = stream.mode
             if source not in measured:
-                measured[source] = cost_is_measured(self._load(source, self.engines[source]))
+                measured[source] = self.group_of(source) in self.moving_groups or \
+                    cost_is_measured(self._load(source, self.engines[source]))
             if not measured[source] or self.refusal(target, stream.routing.needs):
                 continue
             ticket = self.admission.reserve_move(target, stream.routing.workload_class)

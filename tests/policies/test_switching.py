@@ -164,3 +164,15 @@ def test_a_hold_within_the_margin_defers_nothing() -> None:
     decision = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2)).decide(held_eagle3(CLOSE))
     assert (decision.mode, decision.kind, decision.deferred) == ("eagle3", DecisionKind.HOLD,
                                                                  False)
+
+
+def test_a_group_whose_switch_moves_its_requests_defers_no_switch() -> None:
+    """An exclusive CPU group moves its requests to the new engine on a switch: no
+    engine is left draining, so a lead beyond the margin switches at once (a burst of
+    chat that found the group idle on EAGLE-3 stayed there half the burst)."""
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
+    fresh_leader = replace(held_eagle3(BEYOND), leading_since={"dflash": 99.9})
+    assert policy.decide(fresh_leader).deferred
+    group = fresh_leader.modes["eagle3"].gpu_group
+    moving = policy.decide(replace(fresh_leader, moving_groups=frozenset({group})))
+    assert (moving.mode, moving.kind) == ("dflash", DecisionKind.COST)

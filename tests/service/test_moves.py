@@ -255,3 +255,26 @@ async def test_a_request_waiting_for_its_first_event_is_not_moved() -> None:
     text, finished = await read(stream)
     assert finished is not None and finished.completion_tokens == 20
     assert text == unmoved_text(20) and moves == []
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+async def test_an_exclusive_group_moves_its_requests_whatever_was_measured(
+        monkeypatch: pytest.MonkeyPatch, exclusive: bool) -> None:
+    """Left on an engine that has not measured its batch, requests in an exclusive
+    CPU group would run beside the new engine on the same cores: there they move."""
+    monkeypatch.setattr("service.dispatch.cost_is_measured", lambda load: False)
+    info = {m: replace(i, exclusive=exclusive) for m, i in FAKE_MODE_INFO.items()}
+    engines = fake_engines(token_delay_s=0.01)
+    for engine in engines.values():
+        await engine.start()
+    policy = ScriptedPolicy()
+    dispatcher = Dispatcher(engines, policy, SharedPolicyState(MemoryStore(), "r"), info,
+                            mover=Mover(lambda m: info[m].gpu_group, min_remaining_tokens=4))
+    assert dispatcher.moving_groups == (frozenset({"0"}) if exclusive else frozenset())
+    stream = await open_auto(dispatcher, "a")
+    head, _ = await read_some(stream, 3)
+    policy.mode = "eagle3"
+    await read(await open_auto(dispatcher, "b", max_tokens=2))
+    tail, _ = await read(stream)
+    assert head + tail == unmoved_text(20)
+    assert stream.mode == ("eagle3" if exclusive else "standard")
