@@ -168,8 +168,7 @@ def test_a_hold_within_the_margin_defers_nothing() -> None:
 
 def test_a_group_whose_switch_moves_its_requests_defers_no_switch() -> None:
     """An exclusive CPU group moves its requests to the new engine on a switch: no
-    engine is left draining, so a lead beyond the margin switches at once (a burst of
-    chat that found the group idle on EAGLE-3 stayed there half the burst)."""
+    engine is left draining, so a lead beyond the margin switches at once."""
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
     fresh_leader = replace(held_eagle3(BEYOND), leading_since={"dflash": 99.9})
     assert policy.decide(fresh_leader).deferred

@@ -1,7 +1,6 @@
 """The training tests' models are tiny: one torch thread runs them fastest, and a
 thread pool spread over every core stalls at each barrier whenever anything else
-(an engine, another job on a shared machine) runs on one of those cores: a test
-that takes 3 s on one thread took 60-240 s on two beside a busy engine."""
+(an engine, another job on a shared machine) runs on one of those cores."""
 
 from __future__ import annotations
 
