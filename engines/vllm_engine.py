@@ -20,15 +20,18 @@ from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.capabilities import Capabilities, for_method
 from engines.engine_spec import EngineSpec
 from engines.events import Failed, Finished, GenerationEvent, TextDelta
-from engines.request import GenerationRequest, StructuredOutput
+from engines.request import GenerationRequest, SamplingOptions, StructuredOutput
 from engines.stat_logger import LiveCounters, make_stat_logger_factory
-from engines.stats import EngineStats
+from engines.stats import AcceptanceWindow, EngineStats, PrefillCost, StepTimeProfile
 from engines.vllm_outputs import logprobs_from_vllm, spec_summary_from_vllm
 
 log = logging.getLogger(__name__)
 
 # While an abandoned start's constructor runs on, how often its new processes are ended.
 ABANDON_POLL_S = 0.5
+# The warm-up's prompt (token ids every vocabulary has) and its answer's length.
+WARM_UP_PROMPT = tuple(range(1000, 1032))
+WARM_UP_TOKENS = 16
 
 
 class VllmEngine(Engine):
@@ -113,6 +116,29 @@ class VllmEngine(Engine):
         self.startup_seconds = time.monotonic() - began
         self._closed = False
         self._capabilities = for_method(self._method, cpu=cpu_build_installed())
+        await self._warm_up()
+
+    async def _warm_up(self) -> None:
+        """Two short greedy requests before the engine is handed any: the first pays
+        the one-off allocations of a fresh engine (the first request on a cold CPU
+        engine ran at half speed), the second times the decode step alone, so that
+        routing prices this engine from its own measurements from the first request
+        on instead of the prior's. Its acceptance on these tokens says nothing of any
+        traffic and is dropped."""
+        counters = self._counters
+        for attempt in range(2):
+            request = GenerationRequest(f"warm-up-{attempt}", WARM_UP_PROMPT, SamplingOptions(
+                max_tokens=WARM_UP_TOKENS, min_tokens=WARM_UP_TOKENS, temperature=0.0))
+            try:
+                async for _ in self.generate(request):
+                    pass
+            except (EngineUnavailable, InvalidGenerationRequest) as e:
+                # Died while warming (the supervisor sees it), or refused: unwarmed.
+                log.warning("engine %r: warm-up failed: %s", self.mode, e)
+                return
+            if attempt == 0:
+                counters.steps, counters.prefill = StepTimeProfile(), PrefillCost()
+        counters.window = AcceptanceWindow()
 
     async def _abandon(self, constructing: asyncio.Future[Any], before: set[int]) -> None:
         while not constructing.done():

@@ -46,6 +46,10 @@ class AdaptivePolicy(Policy):
     def batch_memory_s(self) -> float:
         return self.settings.batch_memory_s
 
+    @property
+    def mix_memory_s(self) -> float:
+        return self.settings.mix_memory_s
+
     def follow(self, settings: AdaptiveSettings) -> None:
         self.settings = settings
 
@@ -236,12 +240,13 @@ class AdaptivePolicy(Policy):
             total += n
         norm = total / sum(rates.values())
         weights = {cls: rate * norm for cls, rate in rates.items()}
-        recent = sum(c.requests for c in inputs.classes.values())
-        if s.mix_prior_requests > 0 and recent > 0:
-            for cls, known in inputs.classes.items():
-                if known.requests > 0:
+        recent = inputs.recent_arrivals
+        total_recent = sum(recent.values())
+        if s.mix_prior_requests > 0 and total_recent > 0:
+            for cls, arrived in recent.items():
+                if arrived > 0:
                     weights[cls] = weights.get(cls, 0.0) + \
-                        s.mix_prior_requests * known.requests / recent
+                        s.mix_prior_requests * arrived / total_recent
                     if cls not in learned:
                         learned[cls] = self._learned(inputs, cls)
         return [ClassShare(w, learned[cls].expected_output_tokens or 0.0,
@@ -293,7 +298,8 @@ class AdaptivePolicy(Policy):
         never measured on this class, then (with ``exploration_share``) the stale
         one estimated cheapest within bounds (a leader that hysteresis holds back
         included: a fresh measurement is what confirms or ends its lead); only on an
-        idle device group. Why these limits: docs/policy.md, "Design notes"."""
+        idle device group. A mode whose acceptance is replayed on every answer is
+        measured without it. Why these limits: docs/policy.md, "Design notes"."""
         s = self.settings
         if len(candidates) < 2:
             return None
@@ -307,7 +313,7 @@ class AdaptivePolicy(Policy):
             limit = costs[0].total_s * s.exploration_max_cost_ratio
             unmeasured = [
                 load for load in candidates
-                if load.method is not None and load.batch_size == 0
+                if load.method is not None and not load.replayed and load.batch_size == 0
                 and load.mode != costs[0].mode
                 and self._evidence(inputs, load.mode) < s.prior_draft_steps]
             for load in sorted(unmeasured, key=lambda m: (self._evidence(inputs, m.mode),
@@ -320,6 +326,8 @@ class AdaptivePolicy(Policy):
                     continue
                 if load.gpu_group in idle:
                     return load.mode
+                if load.gpu_group in inputs.moving_groups:
+                    continue      # its engines take turns: it would stall the group's batch
                 # In a busy group, only if what it costs the group's batch is bounded too.
                 price = pricing.estimate(load, inputs.prompt_tokens, output,
                                          inputs.acceptance.get(load.mode), optimistic=True)
@@ -330,6 +338,7 @@ class AdaptivePolicy(Policy):
         best = marginal()[0]
         eligible = [c for c in marginal()
                     if c.mode != serving and inputs.modes[c.mode].method is not None
+                    and not inputs.modes[c.mode].replayed
                     and inputs.modes[c.mode].gpu_group in idle
                     and self._evidence(inputs, c.mode) < s.exploration_fresh_steps
                     and c.total_s <= best.total_s * s.exploration_max_cost_ratio]

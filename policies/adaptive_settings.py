@@ -86,9 +86,14 @@ class AdaptiveSettings(BaseModel):
                             "alone, which splits a shared device between classes")
     mix_prior_requests: float = Field(
         2.0, ge=0.0, le=10_000.0, description="with group_mix: weight, in requests, of the "
-        "recent mix of finished requests (every class, decayed with acceptance_half_life_s) "
-        "in a busy group's mix; the few requests in flight at low concurrency say little "
-        "about what comes next")
+        "recent mix of auto requests (their classes over about mix_memory_s) in a busy "
+        "group's mix; the few requests in flight at low concurrency say little about what "
+        "comes next")
+    mix_memory_s: float = Field(
+        5.0, ge=0.0, le=3600.0, description="the recent mix counts the auto requests "
+        "that arrived over about this many seconds (each decays by exp(-age / this)): "
+        "what traffic is made of now, not over the learning half-life, which kept a "
+        "group on the previous phase's mode after the traffic changed")
     cold_start_discount: float = Field(
         0.5, ge=0.0, le=1.0, description="before a (mode, class) has evidence, the prior's "
         "gain (mean_accepted_length - 1) is scaled by 1 - this when choosing where traffic "

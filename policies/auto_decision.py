@@ -57,9 +57,11 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
         deferred_since=memory.deferred_since(),
         recent_batch=memory.recent_batch(now, memory_s),
+        recent_arrivals=memory.recent_arrivals(now, policy.mix_memory_s),
         classes=classes,
         mode_acceptance=prior, kind_evidence=kind, moving_groups=moving_groups)
     decision = policy.decide(inputs)
+    memory.note_arrival(workload_class, now, policy.mix_memory_s)
     batches = {load.gpu_group: 0 for load in modes.values()}
     batches[modes[decision.mode].gpu_group] += 1          # this request joins it
     for load in modes.values():

@@ -51,6 +51,9 @@ class ModeLoad:
     # 0: unmeasured, or a drafter that drafts K tokens every step.
     draft_token_s: float = 0.0
     step_drafted: float = 0.0
+    # Its acceptance is replayed on every finished answer, whoever served it (prompt
+    # lookup: ``engines/prompt_lookup.py``): measured without being explored.
+    replayed: bool = False
 
     def draft_length(self, batch: float) -> int:
         """Draft tokens per sequence a step verifies at ``batch``. With a K table, as
@@ -120,6 +123,11 @@ class DecisionInput:
     # that empties between closed-loop waves is priced at the batch the next wave
     # brings, not as if this request would run alone.
     recent_batch: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # The auto requests of each class that arrived over about the last ``mix_memory_s``
+    # (class -> decayed count; ``RoutingMemory.recent_arrivals``): the recent mix a
+    # busy group's next requests are drawn from.
+    recent_arrivals: Mapping[str, float] = field(
+        default_factory=lambda: MappingProxyType({}))
     # The mix each device group serves: requests in flight on this replica, forced
     # ones included (mode -> workload class -> count), and what is learned about
     # those classes (class -> ClassLearned). Empty: decide on this request's class alone.
@@ -238,6 +246,11 @@ class Policy(ABC):
     @property
     def batch_memory_s(self) -> float:
         """How long a device group's recent batch is remembered (0: not at all)."""
+        return 0.0
+
+    @property
+    def mix_memory_s(self) -> float:
+        """How long the classes of recent auto requests are remembered (0: not at all)."""
         return 0.0
 
     def follow(self, settings: AdaptiveSettings) -> None:  # noqa: B027 (optional hook)

@@ -12,6 +12,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+MAX_CLASSES = 256
+
+
+def _decayed(count: float, elapsed: float, memory_s: float) -> float:
+    return count * math.exp(-max(elapsed, 0.0) / memory_s) if memory_s > 0 else 0.0
+
 
 class RoutingMemory:
     def __init__(self) -> None:
@@ -22,6 +28,8 @@ class RoutingMemory:
         self._wins = 0
         # device group -> (time-averaged batch, when last noted, batch since then)
         self._load: dict[str, tuple[float, float, int]] = {}
+        # workload class -> (decayed count of auto requests, when last noted)
+        self._arrivals: dict[str, tuple[float, float]] = {}
 
     def previous_mode(self, workload_class: str) -> str | None:
         return self._previous.get(workload_class)
@@ -81,6 +89,22 @@ class RoutingMemory:
         average, since, batch = known
         keep = math.exp(-max(now - since, 0.0) / memory_s)
         return keep * average + (1.0 - keep) * batch
+
+    def note_arrival(self, workload_class: str, now: float, memory_s: float) -> None:
+        """An auto request of ``workload_class`` arrived: it counts one, and every
+        count decays by ``exp(-elapsed / memory_s)``."""
+        count, since = self._arrivals.get(workload_class, (0.0, now))
+        self._arrivals[workload_class] = (_decayed(count, now - since, memory_s) + 1.0, now)
+        if len(self._arrivals) > MAX_CLASSES:      # forget the faintest
+            faintest = min(self._arrivals, key=lambda c: _decayed(
+                self._arrivals[c][0], now - self._arrivals[c][1], memory_s))
+            del self._arrivals[faintest]
+
+    def recent_arrivals(self, now: float, memory_s: float) -> dict[str, float]:
+        """The auto requests of each class that arrived over about the last
+        ``memory_s`` (class -> decayed count): what traffic is made of now."""
+        return {cls: _decayed(count, now - since, memory_s)
+                for cls, (count, since) in self._arrivals.items()}
 
     def last_won(self) -> dict[str, float]:
         """When each mode last won an auto decision, as a sequence number."""

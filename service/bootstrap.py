@@ -13,6 +13,7 @@ import httpx
 from engines.base import Engine
 from engines.drafter_card import heldout_tau
 from engines.engine_spec import EngineSpec
+from engines.prompt_lookup import LookupParams
 from engines.remote import RemoteVllmEngine
 from engines.tokenizer import HfTokenizer
 from engines.tool_calls import ToolCallParser
@@ -80,7 +81,8 @@ async def load_components(settings: Settings) -> Components:
                               gpu_group=mode.gpu_group or ("cpu" if bind else "0"),
                               exclusive=bind is not None and not mode.gpu_group,
                               k_schedule=mode.k_schedule(),
-                              card_tau=_card_tau(mode, drafters))
+                              card_tau=_card_tau(mode, drafters),
+                              lookup=LookupParams.from_config(mode.speculative_config() or {}))
     if in_process:
         _share_devices(engines, info)
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,

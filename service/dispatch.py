@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from engines.base import Engine, EngineUnavailable, InvalidGenerationRequest
 from engines.capabilities import needs as needs_of
 from engines.events import Failed
+from engines.prompt_lookup import LookupParams, replay
 from engines.request import GenerationRequest
 from policies.auto_decision import decide_auto
 from policies.base import (
@@ -68,6 +69,8 @@ class ModeInfo:
     exclusive: bool = False
     # The drafter card's held-out acceptance by kind of prompt (engines/drafter_card.py).
     card_tau: Mapping[str, float] = field(default_factory=dict, compare=False)
+    # Prompt lookup's n-gram bounds: its acceptance is replayed on every answer.
+    lookup: LookupParams | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,8 @@ class Dispatcher:
         self.moving_groups = frozenset(info.gpu_group for info in self.mode_info.values()
                                        if info.exclusive) if mover is not None else frozenset()
         self.move_observers = list(move_observers or [])
+        self.lookup = {mode: info.lookup for mode, info in self.mode_info.items()
+                       if info.lookup is not None}
 
     def group_of(self, mode: str) -> str:
         return self.mode_info.get(mode, ModeInfo()).gpu_group
@@ -260,6 +265,8 @@ class Dispatcher:
         ticket.on_interrupt = pump.interrupt
         stream = OpenStream(routing, pump, ticket, self._completed,
                             on_engine_died=self.containment.engine_died)
+        if self.lookup and request.sampling.n == 1:
+            stream.prompt_token_ids = request.prompt_token_ids
         movable = self.mover is not None and not routing.forced
         if movable and routing.decision.kind is DecisionKind.COST \
                 and not routing.decision.narrowed:
@@ -278,8 +285,11 @@ class Dispatcher:
                 self.containment.engine_died(mode, routing.needs)
         # Movable only from here: until now its events were read from the pump directly,
         # where a move's interruption would have ended the request. An exploration is
-        # there to be measured where it runs: it stays.
-        if movable and can_move(request) and routing.decision.kind is not DecisionKind.EXPLORE:
+        # there to be measured where it runs: it stays, except in a group whose engines
+        # take turns, where staying would run it beside the group's next mode.
+        if movable and can_move(request) and (
+                routing.decision.kind is not DecisionKind.EXPLORE
+                or self.group_of(mode) in self.moving_groups):
             assert self.mover is not None
             stream.request, stream.on_moved = request, self._moved
             stream.reopen = self._reopener(deadline)
@@ -351,6 +361,23 @@ class Dispatcher:
             completion_tokens=finished.completion_tokens - done.moved_tokens, now=self.clock(),
             speculative=self.mode_info.get(routing.decision.mode, ModeInfo()).method
             is not None or spec is not None)
+        self._replay_lookup(done)
+
+    def _replay_lookup(self, done: Completed) -> None:
+        """Prompt lookup's acceptance on this answer, for each prompt-lookup mode that
+        served none of it (``engines/prompt_lookup.py``): measured on every request, it
+        needs no exploration to tell where it drafts well."""
+        if not done.output_token_ids:
+            return
+        for mode, params in self.lookup.items():
+            if mode in done.served_by:
+                continue
+            got = replay(done.prompt_token_ids, done.output_token_ids, params)
+            self.state.observe_acceptance(
+                mode, done.routing.workload_class, drafts=got.num_drafts,
+                draft_tokens=got.num_draft_tokens, accepted=got.num_accepted_tokens,
+                completion_tokens=len(done.output_token_ids), now=self.clock(),
+                speculative=True)
 
     def _load(self, name: str, engine: Engine) -> ModeLoad:
         s = engine.stats()
@@ -363,7 +390,7 @@ class Dispatcher:
                         gpu_group=info.gpu_group, step_profile=s.step_profile,
                         prefill_s=s.prefill_s,
                         k_schedule=info.k_schedule, draft_token_s=s.draft_token_s,
-                        step_drafted=s.step_drafted)
+                        step_drafted=s.step_drafted, replayed=info.lookup is not None)
 
 
 def _workload_class(value: str | None, param: str) -> str | None:

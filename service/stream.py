@@ -72,6 +72,11 @@ class Completed:
     total_s: float
     # Completion tokens served by other modes before the request moved to this one.
     moved_tokens: int = 0
+    # The prompt and the answer's tokens (one choice; empty otherwise), and every mode
+    # that served part of it: what a counterfactual replay learns from.
+    prompt_token_ids: tuple[int, ...] = ()
+    output_token_ids: tuple[int, ...] = ()
+    served_by: frozenset[str] = frozenset()
 
 
 CompletionObserver = Callable[[Completed], None]
@@ -103,6 +108,10 @@ class OpenStream:
     on_closed: Callable[[OpenStream], None] | None = None
     on_engine_died: Callable[[str, frozenset[str]], None] | None = None
     generated: list[int] = field(default_factory=list)
+    # The prompt, for a stream not opened to be moved: its answer's tokens are kept
+    # (in ``generated``) for what learns from finished requests.
+    prompt_token_ids: tuple[int, ...] = ()
+    served_by: set[str] = field(default_factory=set)
     moves: int = 0
     _first_taken: bool = False
     _target: tuple[str, Ticket] | None = None
@@ -160,6 +169,7 @@ class OpenStream:
         self.ticket.release()
         self.ticket = ticket
         self.moves += 1
+        self.served_by.add(source)
         source_tokens = len(self.generated) - self._before_move
         self._before_move = len(self.generated)
         self.pump = self.reopen(target, continuation(self.request, self.generated, self.moves),
@@ -191,7 +201,7 @@ class OpenStream:
         if isinstance(event, TextDelta):
             if event.token_ids and self.first_token_at is None:
                 self.first_token_at = now
-            if self.request is not None:
+            if self.request is not None or self.prompt_token_ids:
                 self.generated.extend(event.token_ids)
         elif isinstance(event, Failed):
             if event.engine_died and self.on_engine_died is not None:
@@ -199,8 +209,13 @@ class OpenStream:
         elif isinstance(event, Finished):
             start = self.routing.decided_at
             first = self.first_token_at - start if self.first_token_at is not None else None
+            prompt = self.request.prompt_token_ids if self.request is not None \
+                else self.prompt_token_ids
             self.on_completed(Completed(self.routing, event, first, now - start,
-                                        moved_tokens=self._before_move))
+                                        moved_tokens=self._before_move,
+                                        prompt_token_ids=tuple(prompt),
+                                        output_token_ids=tuple(self.generated),
+                                        served_by=frozenset({*self.served_by, self.mode})))
 
     async def aclose(self) -> None:
         try:

@@ -142,6 +142,25 @@ class SimEngine:
             self.stats.window.add(end, 1, verify - 1, accepted)
         return r.generated - before
 
+    def replay(self, r: SimRequest) -> tuple[int, int, int]:
+        """(drafts, draft tokens, accepted) this engine would have had on ``r``'s whole
+        answer alone: the gateway replays prompt lookup on every finished answer
+        (``engines/prompt_lookup.py``), so a prompt-lookup engine learns from
+        requests it never served."""
+        k = self.draft_length(1)
+        rng = random.Random(r.id)       # the engine's own draws stay as they were
+        drafts = draft_tokens = accepted = 0
+        generated = 1
+        if k > 0:
+            verify, _, _ = self.model.shape_of(self.mode, k)
+            while generated < r.output_tokens:
+                got = self._sampler(r, k).sample(rng)
+                drafts += 1
+                draft_tokens += verify - 1
+                accepted += got
+                generated += got + 1
+        return drafts, draft_tokens, accepted
+
     def _sampler(self, r: SimRequest, k: int) -> AcceptanceSampler:
         key = (r.cls.name, k)
         sampler = self._samplers.get(key)

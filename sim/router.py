@@ -67,7 +67,8 @@ def mode_load(engine: SimEngine, now: float) -> ModeLoad:
         acceptance_rate=rate, mean_accepted_length=length, method=mode.method,
         num_speculative_tokens=mode.num_speculative_tokens, gpu_group=engine.gpu_group,
         step_profile=engine.stats.steps.snapshot(),
-        prefill_s=engine.stats.prefill.seconds, k_schedule=engine.k_schedule)
+        prefill_s=engine.stats.prefill.seconds, k_schedule=engine.k_schedule,
+        replayed=mode.method == "ngram")
 
 
 def in_flight_by_class(engine: SimEngine) -> dict[str, int]:
@@ -97,9 +98,11 @@ class PolicyRouter(Router):
         self.move_min_remaining_tokens = move_min_remaining_tokens   # None: never move
         self.max_moves = max_moves
         self.moved = 0
+        self._engines: Mapping[str, SimEngine] = {}
 
     def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float) -> str:
         self.clock.now = now
+        self._engines = engines
         state = self.state
         cls = state.workload_class(request.cls.name)
         _, decision = decide_auto(
@@ -160,6 +163,14 @@ class PolicyRouter(Router):
                            accepted=request.accepted - accepted,
                            completion_tokens=request.generated - request.moved_tokens,
                            now=now)
+        # ``Dispatcher._replay_lookup``: prompt lookup measured on every answer.
+        for name, engine in self._engines.items():
+            if engine.mode.method == "ngram" and name != request.mode and not request.moves:
+                drafts, draft_tokens, accepted = engine.replay(request)
+                self.state.observe_acceptance(
+                    name, request.cls.name, drafts=drafts, draft_tokens=draft_tokens,
+                    accepted=accepted, completion_tokens=request.generated, now=now,
+                    speculative=True)
 
     def tick(self, now: float) -> None:
         self.clock.now = now

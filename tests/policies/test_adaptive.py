@@ -255,6 +255,35 @@ def test_exploration_never_joins_a_busy_engine() -> None:
     assert policy.decide(inputs).mode != "eagle3"
 
 
+def test_a_mode_whose_acceptance_is_replayed_is_never_explored() -> None:
+    """Prompt lookup learns from every answer whoever wrote it (the gateway replays
+    its proposer): serving a request on it only to measure it wastes the request.
+    Unmeasured and idle, it is left alone at any draw; a drafter is not."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.5))
+    replayed = {"ngram": replace(load("ngram"), replayed=True)}
+    base = case(modes=replayed, acceptance={"dflash": learned(1.5), "eagle3": learned(1.4)})
+    for draw in (0.0, 0.1, 0.4):
+        assert policy.decide(replace(base, explore_draw=draw)).mode != "ngram"
+    plain = case(acceptance={"dflash": learned(1.5), "eagle3": learned(1.4)},
+                 explore_draw=0.0)
+    assert policy.decide(plain).reason == "explore:ngram"
+
+
+def test_a_group_whose_engines_take_turns_is_explored_only_when_idle() -> None:
+    """On the CPU the engines share every core and take turns (a moving group): an
+    unmeasured drafter explored beside the group's busy engine would run beside it,
+    both far below half speed. A GPU's group time-slices and may be explored busy."""
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.03,
+                                             unmeasured_exploration_boost=10.0))
+    busy = case(modes={"dflash": load("dflash", batch=2)}, explore_draw=0.2,
+                acceptance={"dflash": learned(2.0), "ngram": learned(1.2)})
+    assert policy.decide(busy).reason == "explore:eagle3"
+    turns = replace(busy, moving_groups=frozenset({"0"}))
+    assert policy.decide(turns).mode == "dflash"
+    idle = replace(turns, modes={**turns.modes, "dflash": load("dflash")})
+    assert policy.decide(idle).reason == "explore:eagle3"
+
+
 def test_measured_profile_is_extrapolated_along_the_prior_shape() -> None:
     """A wide tree measured at batch 1 only must not look cheap at batch 64: beyond
     its measurements the prior's growth (tokens verified per sequence) applies."""
@@ -330,33 +359,32 @@ def test_without_requests_in_flight_the_mix_is_the_request_alone() -> None:
 
 def test_the_recent_mix_steadies_a_small_busy_group() -> None:
     """One chat request in flight and a math request arriving: the two alone say DFlash
-    (math gains a lot); the recent mix (mostly chat) says the next arrivals are chat,
-    which gain nothing on a drafter: plain decoding. A weight of 0 ignores the mix."""
+    (math gains a lot); the recent mix (mostly chat arrived over the last seconds) says
+    the next arrivals are chat, which gain nothing on a drafter: plain decoding. A
+    weight of 0 ignores the mix."""
     classes = math_and_chat()
-    classes["chat"] = replace(classes["chat"], requests=500.0)
     inputs = case(modes={"standard": load("standard", batch=1)}, max_tokens=None,
                   acceptance=classes["math"].acceptance, workload_class="math",
                   expected_output_tokens=300.0, in_flight={"standard": {"chat": 1}},
-                  classes=classes)
+                  classes=classes, recent_arrivals={"chat": 12.0, "math": 0.5})
     assert AdaptivePolicy().decide(inputs).mode == "standard"
     assert AdaptivePolicy(AdaptiveSettings(mix_prior_requests=0.0)).decide(
         inputs).mode == "dflash"
 
 
 def test_a_small_busy_group_follows_its_requests_when_the_recent_mix_has_drifted() -> None:
-    """The recent mix lags: it remembers minutes of math-heavy traffic, while the three
+    """The recent mix lags: it remembers math-heavy traffic, while the three
     requests in flight and the one arriving are chat, which gains nothing on a drafter.
     The group is priced on them: plain decoding leads. With the recent mix weighted as
     eight requests (four times the default) the old math traffic outvotes them and
     DFlash leads by a quarter: the simulator's mixed run held a falling load at four
     requests on the wrong mode that way."""
     classes = math_and_chat()
-    classes["math"] = replace(classes["math"], requests=500.0)
-    classes["chat"] = replace(classes["chat"], requests=50.0)
     inputs = case(modes={"standard": load("standard", batch=3)}, max_tokens=None,
                   acceptance=classes["chat"].acceptance, workload_class="chat",
                   expected_output_tokens=300.0, in_flight={"standard": {"chat": 3}},
-                  classes=classes, previous_mode="standard", last_won={"standard": 1.0})
+                  classes=classes, previous_mode="standard", last_won={"standard": 1.0},
+                  recent_arrivals={"math": 10.0, "chat": 1.0})
     decision = AdaptivePolicy().decide(inputs)
     assert decision.reason.startswith("cost:standard +")
     assert AdaptivePolicy(AdaptiveSettings(mix_prior_requests=8.0)).decide(

@@ -58,3 +58,17 @@ def test_a_groups_recent_batch_is_a_load_average_of_what_it_held() -> None:
     assert memory.recent_batch(10.05, 0.0)["gpu0"] == 0.0
     memory.note_batch("gpu0", 8, 11.0, 0.0)
     assert memory.recent_batch(11.05, 0.0)["gpu0"] == 0.0
+
+
+def test_the_recent_mix_is_what_arrived_over_the_last_seconds() -> None:
+    """A phase of copy prompts after a long one of chat: within a few memory spans the
+    recent mix is copy, whatever minutes of chat came before."""
+    memory = RoutingMemory()
+    for t in range(60):
+        memory.note_arrival("chat", float(t), memory_s=10.0)
+    assert memory.recent_arrivals(60.0, 10.0)["chat"] == pytest.approx(10.0, rel=0.1)
+    for t in range(60, 80):
+        memory.note_arrival("copy", float(t), memory_s=10.0)
+    mix = memory.recent_arrivals(80.0, 10.0)
+    assert mix["copy"] > 6 * mix["chat"]
+    assert memory.recent_arrivals(80.0, 0.0) == {"chat": 0.0, "copy": 0.0}

@@ -7,8 +7,9 @@ start) on a free port; tests talk to it over real HTTP.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,8 @@ class RealGateway:
     url: str
     model: str
     log: Path
+    # ``GET /admin/policy`` as the gateway came up, before any test's request.
+    policy_at_start: dict[str, Any] = field(default_factory=dict)
 
     def engine_stats(self, mode: str) -> dict:  # type: ignore[type-arg]
         return httpx.get(self.url + "/ready", timeout=10).json()["engines"][mode]
@@ -39,6 +42,8 @@ def real_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGatew
         pytest.fail(str(e))
     try:
         model = httpx.get(process.url + "/v1/models").json()["data"][0]["id"]
-        yield RealGateway(process.url, model, log)
+        policy = httpx.get(process.url + "/admin/policy",
+                           headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
+        yield RealGateway(process.url, model, log, policy)
     finally:
         process.stop()

@@ -42,6 +42,18 @@ async def test_models_and_paris(real_gateway: RealGateway) -> None:
     await c.close()
 
 
+def test_every_engine_is_warmed_and_timed_before_the_first_request(
+        real_gateway: RealGateway) -> None:
+    """The first request on a fresh CPU engine ran at half speed, and routing priced
+    engines it had not timed at the prior's GPU speed: each engine warms up as it
+    starts and has its decode step timed; the warm-up teaches no acceptance."""
+    at_start = real_gateway.policy_at_start
+    for mode in MODES:
+        assert at_start["load"][mode]["step_profile"], (mode, at_start["load"][mode])
+        assert at_start["load"][mode]["recent_acceptance_rate"] is None
+    assert at_start["acceptance"] == {}
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_each_mode_chat_and_completions(real_gateway: RealGateway, mode: str) -> None:
     c = client(real_gateway)

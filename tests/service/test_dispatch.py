@@ -3,10 +3,12 @@ requests in flight, forced modes that skip the policy, and the decision audit.""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
 
+from engines.prompt_lookup import LookupParams
 from engines.request import GenerationRequest, SamplingOptions
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
@@ -230,3 +232,38 @@ async def test_an_exclusive_group_runs_one_engine_until_a_cost_decision_switches
                                     requested_max_tokens=5)
     assert stream.mode == "dflash"
     await stream.aclose()
+
+
+async def test_prompt_lookup_learns_from_answers_other_modes_wrote() -> None:
+    """An answer that copies its prompt teaches the prompt-lookup mode that it drafts
+    well there, whichever mode served it (its acceptance is a function of the text);
+    a request it served itself is learned once, from its engine's own counts."""
+    engines = fake_engines()
+    for engine in engines.values():
+        await engine.start()
+    state = SharedPolicyState(MemoryStore(), "r")
+    info = {**FAKE_MODE_INFO, "ngram": ModeInfo("ngram", 4, lookup=LookupParams(1, 2, 4))}
+    dispatcher = Dispatcher(engines, RecordingPolicy(), state, info)
+    # The fake engine answers 1000, 1001, ...: a copy of this prompt's passage.
+    passage = tuple(range(1000, 1040))
+    request = GenerationRequest("copy", (*passage, 5), SamplingOptions(max_tokens=32))
+    stream = await dispatcher.open(dispatcher.decide("standard", 41, 32, "copy"), request)
+    assert [e async for e in stream.events()]
+    learned = state.acceptance_for("copy", time.time())
+    assert set(learned) == {"ngram"}            # plain decoding drafts nothing to learn
+    assert learned["ngram"].mean_accepted_length > 4.0
+    assert learned["ngram"].drafts == pytest.approx(7, abs=0.01)   # 31 tokens, 5 a step
+
+    other = GenerationRequest("chat", (1, 2, 3), SamplingOptions(max_tokens=32))
+    stream = await dispatcher.open(dispatcher.decide("eagle3", 3, 32, "chat"), other)
+    assert [e async for e in stream.events()]
+    chat = state.acceptance_for("chat", time.time())
+    assert chat["ngram"].mean_accepted_length == 1.0
+    assert chat["eagle3"].requests == pytest.approx(1, abs=0.01)
+
+    served = GenerationRequest("own", (*passage, 5), SamplingOptions(max_tokens=32))
+    before = learned["ngram"].requests
+    stream = await dispatcher.open(dispatcher.decide("ngram", 41, 32, "copy"), served)
+    assert [e async for e in stream.events()]
+    assert state.acceptance_for("copy", time.time())["ngram"].requests == \
+        pytest.approx(before + 1, abs=0.01)

@@ -226,6 +226,25 @@ async def test_an_exploration_is_measured_where_it_runs() -> None:
     assert explored.mode == "standard" and moves == []
 
 
+async def test_an_exploration_in_a_group_whose_engines_take_turns_moves_with_it() -> None:
+    """Left where it runs, it would run beside the group's new mode on the same
+    cores; it moves, and its source learns what it served (``Dispatcher._moved``)."""
+    info = {m: replace(i, exclusive=True) for m, i in FAKE_MODE_INFO.items()}
+    engines = fake_engines(token_delay_s=0.01)
+    for engine in engines.values():
+        await engine.start()
+    policy = ScriptedPolicy()
+    policy.kind = DecisionKind.EXPLORE
+    dispatcher = Dispatcher(engines, policy, SharedPolicyState(MemoryStore(), "r"), info,
+                            mover=Mover(lambda m: info[m].gpu_group, min_remaining_tokens=4))
+    explored = await open_auto(dispatcher, "x")
+    head, _ = await read_some(explored, 3)
+    policy.mode, policy.kind = "eagle3", DecisionKind.COST
+    await read(await open_auto(dispatcher, "b", max_tokens=2))
+    tail, _ = await read(explored)
+    assert head + tail == unmoved_text(20) and explored.mode == "eagle3"
+
+
 async def test_no_move_off_a_mode_not_yet_measured_at_its_batch() -> None:
     """A cost decision before the old engine ran its batch rests on a prior; moving
     would keep that engine from ever measuring it (policies/move_costs.py)."""
