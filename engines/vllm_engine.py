@@ -32,6 +32,7 @@ ABANDON_POLL_S = 0.5
 # The warm-up's prompt (token ids every vocabulary has) and its answer's length.
 WARM_UP_PROMPT = tuple(range(1000, 1032))
 WARM_UP_TOKENS = 16
+WARM_UP_SETTLE_S = 0.1
 
 
 class VllmEngine(Engine):
@@ -136,6 +137,7 @@ class VllmEngine(Engine):
                 # Died while warming (the supervisor sees it), or refused: unwarmed.
                 log.warning("engine %r: warm-up failed: %s", self.mode, e)
                 return
+            await asyncio.sleep(WARM_UP_SETTLE_S)     # its last step's stats land
             if attempt == 0:
                 counters.steps, counters.prefill = StepTimeProfile(), PrefillCost()
         counters.window = AcceptanceWindow()
