@@ -33,6 +33,7 @@ ABANDON_POLL_S = 0.5
 WARM_UP_PROMPT = tuple(range(1000, 1032))
 WARM_UP_TOKENS = 16
 WARM_UP_SETTLE_S = 0.1
+WARM_UP_ID = "specgate-warm-up-"    # its requests' ids: served before the engine is up
 
 
 class VllmEngine(Engine):
@@ -45,6 +46,7 @@ class VllmEngine(Engine):
         self._counters = LiveCounters(speculative=spec.is_speculative)
         self._in_flight = 0
         self._closed = False
+        self._warming = False        # its warm-up runs: started, not yet up
         self.startup_seconds: float | None = None
         self._abandoned: asyncio.Task[None] | None = None
         self._method: str | None = (spec.speculative_config or {}).get("method")
@@ -61,6 +63,9 @@ class VllmEngine(Engine):
 
     @property
     def is_up(self) -> bool:
+        return self._running() and not self._warming
+
+    def _running(self) -> bool:
         return self._llm is not None and not self._closed and not self._llm.errored
 
     @property
@@ -115,9 +120,12 @@ class VllmEngine(Engine):
                 self._abandoned = asyncio.create_task(self._abandon(constructing, before))
                 raise
         self.startup_seconds = time.monotonic() - began
-        self._closed = False
+        self._warming, self._closed = True, False
         self._capabilities = for_method(self._method, cpu=cpu_build_installed())
-        await self._warm_up()
+        try:
+            await self._warm_up()
+        finally:
+            self._warming = False
 
     async def _warm_up(self) -> None:
         """Two short greedy requests before the engine is handed any: the first pays
@@ -128,7 +136,7 @@ class VllmEngine(Engine):
         traffic and is dropped."""
         counters = self._counters
         for attempt in range(2):
-            request = GenerationRequest(f"warm-up-{attempt}", WARM_UP_PROMPT, SamplingOptions(
+            request = GenerationRequest(f"{WARM_UP_ID}{attempt}", WARM_UP_PROMPT, SamplingOptions(
                 max_tokens=WARM_UP_TOKENS, min_tokens=WARM_UP_TOKENS, temperature=0.0))
             try:
                 async for _ in self.generate(request):
@@ -156,7 +164,8 @@ class VllmEngine(Engine):
         from vllm.inputs.engine import tokens_input
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
-        if not self.is_up:
+        if not self._running() or (self._warming and
+                                   not request.request_id.startswith(WARM_UP_ID)):
             raise EngineUnavailable(f"engine for mode {self.mode!r} is not up")
         params = self._sampling_params(request)
         completion_tokens = 0
@@ -224,7 +233,7 @@ class VllmEngine(Engine):
             raise InvalidGenerationRequest(str(e)) from e
 
     async def abort(self, request_id: str) -> None:
-        if self.is_up:
+        if self._running():
             await self._llm.abort(request_id)
 
     def stats(self) -> EngineStats:

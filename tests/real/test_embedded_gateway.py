@@ -51,7 +51,7 @@ def test_every_engine_is_warmed_and_timed_before_the_first_request(
     for mode in MODES:
         assert at_start["load"][mode]["step_profile"], (mode, at_start["load"][mode])
         assert at_start["load"][mode]["recent_acceptance_rate"] is None
-    assert at_start["acceptance"] == {}
+    assert not any(at_start["acceptance"].values()), at_start["acceptance"]
 
 
 @pytest.mark.parametrize("mode", MODES)
