@@ -37,6 +37,15 @@ class LookupParams:
         high = high if high is not None else low
         return cls(int(low), int(high), int(config.get("num_speculative_tokens") or 1))
 
+    def card(self) -> dict[str, float]:
+        """Prompt lookup's prior acceptance by kind of prompt, in a drafter card's terms
+        (``engines.drafter_card.heldout_tau``): an answer that repeats a passage of its
+        prompt is drafted in full once its first n-gram matches, up to ``1 + k`` tokens
+        a step; until measured, half of that gain. Without it, the first requests of a
+        copy-heavy kind would be priced on the level measured on other text, where prompt
+        lookup drafts little, and go elsewhere until one had finished."""
+        return {"copy": 1.0 + self.k / 2.0}
+
 
 def replay(prompt: Sequence[int], output: Sequence[int],
            params: LookupParams) -> SpecDecodeSummary:

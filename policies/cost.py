@@ -67,7 +67,8 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     near the mode's measured level, not near a published figure for another model —
     higher than the discounted prior for a strong drafter, lower for the embedded
     CPU ones (docs/policy.md, "pooled prior"). A level measured on other kinds of
-    text (``transferred``) counts only where it is below the discounted prior.
+    text (``transferred``) counts only where it is below the discounted prior, and so
+    does the engine's live window then (what it served just now is of that other text).
 
     At ``batch``, an engine with a K table drafts the K its table gives: none at
     K = 0, and never more than ``1 + K`` tokens a step (what was learned at a
@@ -116,6 +117,10 @@ def tau_prior(load: ModeLoad, settings: AdaptiveSettings, optimistic: bool = Fal
     unlearned = prior_tau
     if load.mean_accepted_length is not None:  # the engine's live window, any class
         unlearned = min(cap, max(1.0, 0.5 * load.mean_accepted_length + 0.5 * prior_tau))
+        if pooled is not None and pooled.transferred:
+            # What the engine just served is of another kind of text: like the level
+            # transferred from it, it counts only downwards.
+            unlearned = min(unlearned, prior_tau)
     return TauPrior(cap, prior_tau, unlearned, settings.prior_draft_steps)
 
 

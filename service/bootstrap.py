@@ -76,13 +76,14 @@ async def load_components(settings: Settings) -> Components:
                                              speculative=mode.method is not None)
         else:
             engines[name] = _make_engine(settings, name, mode, model_dir, drafters, bind)
+        lookup = LookupParams.from_config(mode.speculative_config() or {})
         info[name] = ModeInfo(method=mode.method,
                               num_speculative_tokens=mode.num_speculative_tokens or 0,
                               gpu_group=mode.gpu_group or ("cpu" if bind else "0"),
                               exclusive=bind is not None and not mode.gpu_group,
                               k_schedule=mode.k_schedule(),
-                              card_tau=_card_tau(mode, drafters),
-                              lookup=LookupParams.from_config(mode.speculative_config() or {}))
+                              card_tau=_card_tau(mode, drafters, lookup),
+                              lookup=lookup)
     if in_process:
         _share_devices(engines, info)
     return Components(model_name=served_model_name(settings), tokenizer=tokenizer,
@@ -90,8 +91,12 @@ async def load_components(settings: Settings) -> Components:
                       closers=[client.aclose], tool_parser=tool_parser)
 
 
-def _card_tau(mode: ModeSettings, drafters: dict[str, str]) -> dict[str, float]:
-    """An in-process drafter's held-out acceptance by kind, from its model card."""
+def _card_tau(mode: ModeSettings, drafters: dict[str, str],
+              lookup: LookupParams | None = None) -> dict[str, float]:
+    """An in-process drafter's held-out acceptance by kind, from its model card; prompt
+    lookup's from what it drafts (``LookupParams.card``)."""
+    if lookup is not None:
+        return lookup.card()
     config = mode.speculative_config()
     if mode.url or config is None:
         return {}

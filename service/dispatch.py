@@ -110,6 +110,9 @@ class Dispatcher:
         self.moving_groups = frozenset(info.gpu_group for info in self.mode_info.values()
                                        if info.exclusive) if mover is not None else frozenset()
         self.move_observers = list(move_observers or [])
+        # Each device group's latest switch: (mode, time.monotonic()). A stream still
+        # waiting for its first event when its group switched follows once it can move.
+        self._switched: dict[str, tuple[str, float]] = {}
         self.lookup = {mode: info.lookup for mode, info in self.mode_info.items()
                        if info.lookup is not None}
 
@@ -295,26 +298,52 @@ class Dispatcher:
             stream.reopen = self._reopener(deadline)
             stream.on_closed = self.mover.forget
             self.mover.register(stream)
+            self._follow_switch(stream)
         return stream
 
     def _move_group_to(self, target: str) -> None:
         """Auto chose ``target`` on cost: the requests its device group runs on other
         modes continue there (``service/moves.py``), as far as ``target`` has room."""
         assert self.mover is not None
+        self._switched[self.group_of(target)] = (target, time.monotonic())
         if not self.engines[target].is_up:
             return
         measured: dict[str, bool] = {}
         for stream in self.mover.candidates(target):
-            source = stream.mode
-            if source not in measured:
-                measured[source] = self.group_of(source) in self.moving_groups or \
-                    cost_is_measured(self._load(source, self.engines[source]))
-            if not measured[source] or self.refusal(target, stream.routing.needs):
-                continue
-            ticket = self.admission.reserve_move(target, stream.routing.workload_class)
-            if ticket is None:
+            if not self._move(stream, target, measured):
                 return
-            stream.move(target, ticket)
+
+    def _follow_switch(self, stream: OpenStream) -> None:
+        """Its device group switched while ``stream`` awaited its first event, when it
+        could not move: it moves now. (A burst arrives within a step: its first requests
+        go to the mode the group ran, and the one that finds the batch large enough to
+        switch would otherwise leave them running beside the new engine to their end.)"""
+        assert self.mover is not None
+        switched = self._switched.get(self.group_of(stream.mode))
+        if switched is None:
+            return
+        target, at = switched
+        if target == stream.mode or at <= stream.routing.decided_at or \
+                not self.engines[target].is_up or \
+                stream not in self.mover.candidates(target):
+            return
+        self._move(stream, target, {})
+
+    def _move(self, stream: OpenStream, target: str, measured: dict[str, bool]) -> bool:
+        """Move ``stream`` to ``target`` where its source's cost is measured (or its group
+        moves whatever was measured) and ``target`` can serve it; False when ``target``
+        has no room left (``measured``: memo by source mode)."""
+        source = stream.mode
+        if source not in measured:
+            measured[source] = self.group_of(source) in self.moving_groups or \
+                cost_is_measured(self._load(source, self.engines[source]))
+        if not measured[source] or self.refusal(target, stream.routing.needs):
+            return True
+        ticket = self.admission.reserve_move(target, stream.routing.workload_class)
+        if ticket is None:
+            return False
+        stream.move(target, ticket)
+        return True
 
     def _reopener(self, deadline: float | None) -> Reopen:
         def reopen(mode: str, request: GenerationRequest, ticket: Ticket) -> EventPump:

@@ -132,3 +132,58 @@ def test_a_mode_measured_on_the_kind_or_carded_is_not_explored_as_unmeasured() -
     assert explored("auto:text:m") == {"ngram"}
     # A label sees no kind: every mode it has not measured is explored, as before.
     assert "eagle3" in explored("chat")
+
+
+def test_prompt_lookups_card_sends_the_first_copy_request_to_it_and_not_chat() -> None:
+    """Before any copy-heavy answer has finished, n-gram's card (half the gain of
+    drafting a verbatim copy in full) already prices it above a trained drafter for
+    a copy request; a chat request of the same cold start does not go there."""
+    from engines.prompt_lookup import LookupParams
+
+    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                              clock=lambda: NOW)
+    for _ in range(4):      # replayed on code answers: n-gram drafts little there
+        state.observe("ngram", "auto:code:s", drafts=40, draft_tokens=60, accepted=10,
+                      completion_tokens=60, now=NOW)
+    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
+                                  speculative=False),
+             "ngram": speculative("ngram", "ngram", 4),
+             "eagle3": speculative("eagle3", "eagle3", 3)}
+    card = {"eagle3": {"code": 2.3, "copy": 2.2, "chat": 1.9},
+            "ngram": LookupParams(2, 4, 4).card()}
+
+    def chosen(cls: str) -> str:
+        _, d = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
+                           prompt_tokens=80, max_tokens=128, workload_class=cls, now=NOW,
+                           in_flight={}, explore_draw=0.99, card_tau=card)
+        return d.mode
+
+    assert LookupParams(2, 4, 4).card() == {"copy": 3.0}
+    assert chosen("auto:copy:s") == "ngram"
+    assert chosen("auto:text:s") != "ngram"
+
+
+def test_the_live_window_of_another_kind_does_not_raise_a_cold_class() -> None:
+    """The n-gram engine has just served copy-heavy answers (its live window reads
+    3.7 tokens a step): a chat request of a kind it never measured is priced as if
+    that window were not there."""
+    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
+                                  speculative=False),
+             "ngram": speculative("ngram", "ngram", 4)}
+    busy = {**modes, "ngram": ModeLoad(mode="ngram", up=True, batch_size=0,
+                                       speculative=True, method="ngram",
+                                       num_speculative_tokens=4,
+                                       mean_accepted_length=3.7)}
+    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                              clock=lambda: NOW)
+    for _ in range(8):
+        state.observe("ngram", "auto:copy:s", drafts=40, draft_tokens=160, accepted=110,
+                      completion_tokens=150, now=NOW)
+
+    def ngram_cost(loads: dict[str, ModeLoad]) -> float:
+        _, d = decide_auto(AdaptivePolicy(), state, RoutingMemory(), loads,
+                           prompt_tokens=80, max_tokens=128, workload_class="auto:text:s",
+                           now=NOW, in_flight={}, explore_draw=0.99)
+        return d.scores["ngram"]
+
+    assert ngram_cost(busy) == pytest.approx(ngram_cost(modes))

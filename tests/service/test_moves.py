@@ -257,9 +257,11 @@ async def test_no_move_off_a_mode_not_yet_measured_at_its_batch() -> None:
     assert not cost_is_measured(ModeLoad("m", True, 1, False))
 
 
-async def test_a_request_waiting_for_its_first_event_is_not_moved() -> None:
-    """Its first event is read before the stream is handed out; a move then would
-    end the request instead of continuing it."""
+async def test_a_request_waiting_for_its_first_event_follows_the_switch_once_it_has_it(
+        ) -> None:
+    """Its first event is read before the stream is handed out, and a move then would
+    end the request: it is not interrupted, and moves once it has that event (a burst's
+    first requests would otherwise run beside the engine their group switched to)."""
     import asyncio
 
     dispatcher, policy, engines, moves = await setup()
@@ -273,7 +275,21 @@ async def test_a_request_waiting_for_its_first_event_is_not_moved() -> None:
     engines["standard"].token_delay_s = 0.01
     text, finished = await read(stream)
     assert finished is not None and finished.completion_tokens == 20
-    assert text == unmoved_text(20) and moves == []
+    assert text == unmoved_text(20)
+    assert stream.mode == "eagle3" and len(moves) == 1
+
+
+async def test_a_request_decided_after_the_switch_does_not_follow_it() -> None:
+    """Only a switch made after a stream's own decision moves it: a later decision
+    (an exploration, a hold) stands."""
+    dispatcher, policy, _, moves = await setup()
+    await read(await open_auto(dispatcher, "warm", max_tokens=2))
+    policy.mode = "eagle3"
+    await read(await open_auto(dispatcher, "b", max_tokens=2))      # the switch
+    policy.mode, policy.kind = "standard", DecisionKind.EXPLORE
+    stream = await open_auto(dispatcher, "a")
+    text, _ = await read(stream)
+    assert text == unmoved_text(20) and stream.mode == "standard" and moves == []
 
 
 @pytest.mark.parametrize("exclusive", [False, True])
