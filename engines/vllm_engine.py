@@ -32,6 +32,7 @@ ABANDON_POLL_S = 0.5
 # The warm-up's prompt (token ids every vocabulary has) and its answer's length.
 WARM_UP_PROMPT = tuple(range(1000, 1032))
 WARM_UP_TOKENS = 16
+WARM_UP_BATCH = 8
 WARM_UP_SETTLE_S = 0.1
 WARM_UP_ID = "specgate-warm-up-"    # its requests' ids: served before the engine is up
 
@@ -128,19 +129,24 @@ class VllmEngine(Engine):
             self._warming = False
 
     async def _warm_up(self) -> None:
-        """Two short greedy requests before the engine is handed any: the first pays
-        the one-off allocations of a fresh engine (the first request on a cold CPU
-        engine ran at half speed), the second times the decode step alone, so that
-        routing prices this engine from its own measurements from the first request
-        on instead of the prior's. Its acceptance on these tokens says nothing of any
-        traffic and is dropped."""
+        """Short greedy requests before the engine is handed any: the first pays the
+        one-off allocations of a fresh engine (the first request on a cold CPU engine
+        ran at half speed); then one request alone and ``WARM_UP_BATCH`` at once time
+        the decode step at both ends of a batch, so that routing prices this engine
+        from its own measurements from the first request on instead of the prior's.
+        Timed alone only, a step's growth with the batch was the prior's, a GPU's: on
+        the CPU, where each verified token costs, a cold burst of chat went to EAGLE-3
+        priced near plain decoding at batch 13. The acceptance on these tokens says
+        nothing of any traffic and is dropped."""
         counters = self._counters
-        for attempt in range(2):
-            request = GenerationRequest(f"{WARM_UP_ID}{attempt}", WARM_UP_PROMPT, SamplingOptions(
-                max_tokens=WARM_UP_TOKENS, min_tokens=WARM_UP_TOKENS, temperature=0.0))
+        for attempt, batch in enumerate((1, 1, WARM_UP_BATCH)):
+            requests = [GenerationRequest(f"{WARM_UP_ID}{attempt}-{i}", WARM_UP_PROMPT,
+                                          SamplingOptions(max_tokens=WARM_UP_TOKENS,
+                                                          min_tokens=WARM_UP_TOKENS,
+                                                          temperature=0.0))
+                        for i in range(batch)]
             try:
-                async for _ in self.generate(request):
-                    pass
+                await asyncio.gather(*(self._drain(r) for r in requests))
             except (EngineUnavailable, InvalidGenerationRequest) as e:
                 # Died while warming (the supervisor sees it), or refused: unwarmed.
                 log.warning("engine %r: warm-up failed: %s", self.mode, e)
@@ -149,6 +155,10 @@ class VllmEngine(Engine):
             if attempt == 0:
                 counters.steps, counters.prefill = StepTimeProfile(), PrefillCost()
         counters.window = AcceptanceWindow()
+
+    async def _drain(self, request: GenerationRequest) -> None:
+        async for _ in self.generate(request):
+            pass
 
     async def _abandon(self, constructing: asyncio.Future[Any], before: set[int]) -> None:
         while not constructing.done():
