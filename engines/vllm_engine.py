@@ -133,11 +133,10 @@ class VllmEngine(Engine):
         one-off allocations of a fresh engine (the first request on a cold CPU engine
         ran at half speed); then one request alone and ``WARM_UP_BATCH`` at once time
         the decode step at both ends of a batch, so that routing prices this engine
-        from its own measurements from the first request on instead of the prior's.
-        Timed alone only, a step's growth with the batch was the prior's, a GPU's: on
-        the CPU, where each verified token costs, a cold burst of chat went to EAGLE-3
-        priced near plain decoding at batch 13. The acceptance on these tokens says
-        nothing of any traffic and is dropped."""
+        from its own measurements from the first request on instead of the prior's,
+        whose growth with the batch is a GPU's (on the CPU each verified token costs,
+        and a drafter's step grows far faster than plain decoding's). The acceptance on
+        these tokens says nothing of any traffic and is dropped."""
         counters = self._counters
         for attempt, batch in enumerate((1, 1, WARM_UP_BATCH)):
             requests = [GenerationRequest(f"{WARM_UP_ID}{attempt}-{i}", WARM_UP_PROMPT,

@@ -323,9 +323,8 @@ class Dispatcher:
         if switched is None:
             return
         target, at = switched
-        if target == stream.mode or at <= stream.routing.decided_at or \
-                not self.engines[target].is_up or \
-                stream not in self.mover.candidates(target):
+        if at <= stream.routing.decided_at or not self.engines[target].is_up or \
+                not self.mover.movable(stream, target):
             return
         self._move(stream, target, {})
 

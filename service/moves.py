@@ -53,9 +53,12 @@ class Mover:
 
     def candidates(self, target: str) -> list[OpenStream]:
         """Streams that should continue on ``target``, oldest first."""
-        group = self.group_of(target)
-        out = [s for s in self._streams
-               if s.pump.running and not s.moving and s.mode != target
-               and self.group_of(s.mode) == group and s.moves < self.max_moves
-               and s.remaining_tokens >= self.min_remaining_tokens]
+        out = [s for s in self._streams if self.movable(s, target)]
         return sorted(out, key=lambda s: s.routing.decided_at)
+
+    def movable(self, stream: OpenStream, target: str) -> bool:
+        """Should ``stream``, registered here, continue on ``target``?"""
+        return stream in self._streams and stream.pump.running and not stream.moving \
+            and stream.mode != target and self.group_of(stream.mode) == self.group_of(target) \
+            and stream.moves < self.max_moves \
+            and stream.remaining_tokens >= self.min_remaining_tokens

@@ -63,6 +63,20 @@ def speculative(mode: str, method: str, k: int) -> ModeLoad:
                     num_speculative_tokens=k)
 
 
+def fresh_state() -> SharedPolicyState:
+    return SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
+                             clock=lambda: NOW)
+
+
+def local_modes(eagle3: bool = False) -> dict[str, ModeLoad]:
+    """Plain decoding and n-gram (K = 4), with EAGLE-3 (K = 3) if asked."""
+    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0, speculative=False),
+             "ngram": speculative("ngram", "ngram", 4)}
+    if eagle3:
+        modes["eagle3"] = speculative("eagle3", "eagle3", 3)
+    return modes
+
+
 def test_a_level_measured_high_on_another_kind_does_not_raise_the_prior() -> None:
     settings = AdaptiveSettings()
     ngram = speculative("ngram", "ngram", 4)
@@ -80,9 +94,7 @@ def test_prompt_lookup_measured_on_copy_does_not_raise_its_price_for_chat() -> N
     """Copy-heavy requests taught the policy that n-gram accepts 3.5 tokens a step;
     for a chat request of a kind n-gram never served, it is priced as if unmeasured,
     while a copy request of another length takes the copy family's evidence."""
-    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
-                                  speculative=False),
-             "ngram": speculative("ngram", "ngram", 4)}
+    modes = local_modes()
 
     def ngram_cost(state: SharedPolicyState, cls: str) -> float:
         _, decision = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
@@ -90,15 +102,11 @@ def test_prompt_lookup_measured_on_copy_does_not_raise_its_price_for_chat() -> N
                                   now=NOW, in_flight={}, explore_draw=0.99)
         return decision.scores["ngram"]
 
-    def fresh() -> SharedPolicyState:
-        return SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
-                                 clock=lambda: NOW)
-
-    taught = fresh()
+    taught = fresh_state()
     for _ in range(8):
         taught.observe("ngram", "auto:copy:m", drafts=40, draft_tokens=160, accepted=100,
                        completion_tokens=141, now=NOW)
-    cold = fresh()
+    cold = fresh_state()
     assert ngram_cost(taught, "auto:text:s") == pytest.approx(ngram_cost(cold, "auto:text:s"))
     assert ngram_cost(taught, "auto:copy:s") < 0.7 * ngram_cost(cold, "auto:copy:s")
 
@@ -107,15 +115,11 @@ def test_a_mode_measured_on_the_kind_or_carded_is_not_explored_as_unmeasured() -
     """The first requests of a new size of a kind: EAGLE-3 has a card and n-gram was
     measured on the kind, so neither is explored as unmeasured; a new kind explores
     n-gram (no card) but not EAGLE-3."""
-    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
-                              clock=lambda: NOW)
+    state = fresh_state()
     for _ in range(4):
         state.observe("ngram", "auto:copy:s", drafts=40, draft_tokens=160, accepted=100,
                       completion_tokens=141, now=NOW)
-    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
-                                  speculative=False),
-             "ngram": speculative("ngram", "ngram", 4),
-             "eagle3": speculative("eagle3", "eagle3", 3)}
+    modes = local_modes(eagle3=True)
     card = {"eagle3": {"code": 2.3, "copy": 2.2, "chat": 1.9}}
 
     def explored(cls: str) -> set[str]:
@@ -140,15 +144,11 @@ def test_prompt_lookups_card_sends_the_first_copy_request_to_it_and_not_chat() -
     a copy request; a chat request of the same cold start does not go there."""
     from engines.prompt_lookup import LookupParams
 
-    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
-                              clock=lambda: NOW)
+    state = fresh_state()
     for _ in range(4):      # replayed on code answers: n-gram drafts little there
         state.observe("ngram", "auto:code:s", drafts=40, draft_tokens=60, accepted=10,
                       completion_tokens=60, now=NOW)
-    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
-                                  speculative=False),
-             "ngram": speculative("ngram", "ngram", 4),
-             "eagle3": speculative("eagle3", "eagle3", 3)}
+    modes = local_modes(eagle3=True)
     card = {"eagle3": {"code": 2.3, "copy": 2.2, "chat": 1.9},
             "ngram": LookupParams(2, 4, 4).card()}
 
@@ -167,15 +167,12 @@ def test_the_live_window_of_another_kind_does_not_raise_a_cold_class() -> None:
     """The n-gram engine has just served copy-heavy answers (its live window reads
     3.7 tokens a step): a chat request of a kind it never measured is priced as if
     that window were not there."""
-    modes = {"standard": ModeLoad(mode="standard", up=True, batch_size=0,
-                                  speculative=False),
-             "ngram": speculative("ngram", "ngram", 4)}
+    modes = local_modes()
     busy = {**modes, "ngram": ModeLoad(mode="ngram", up=True, batch_size=0,
                                        speculative=True, method="ngram",
                                        num_speculative_tokens=4,
                                        mean_accepted_length=3.7)}
-    state = SharedPolicyState(MemoryStore(clock=lambda: NOW), "r1", AdaptiveSettings(),
-                              clock=lambda: NOW)
+    state = fresh_state()
     for _ in range(8):
         state.observe("ngram", "auto:copy:s", drafts=40, draft_tokens=160, accepted=110,
                       completion_tokens=150, now=NOW)
