@@ -41,6 +41,12 @@ def _profile_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
         return 0.0
     prior = _prior_step(load, batch, settings, cal)
     points = _points(load.step_profile)
+    if load.k_schedule and points:
+        # A K table's ranges are different steps (at K = 0 the drafter does not run):
+        # measured points of the batch's own K only, the prior's shape carrying a
+        # point of another K over where its own has none.
+        k = load.draft_length(batch)
+        points = tuple(p for p in points if load.draft_length(p[0]) == k) or points
     if not points:
         return prior
     (b0, s0), (b1, s1) = points[0], points[-1]

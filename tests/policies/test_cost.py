@@ -69,6 +69,22 @@ def test_the_prior_step_verifies_the_tables_k() -> None:
     assert step_time(table, 2, SETTINGS, cal) == step_time(fixed, 2, SETTINGS, cal)
 
 
+def test_a_tables_ranges_are_timed_apart() -> None:
+    """Measured drafting alone (K = 3, 60 ms) and at eight without drafting (K = 0,
+    30 ms, the embedded modes' table): a batch of four, which does not draft, is priced
+    from the step that did not draft, not halfway along a line between the two."""
+    table = ((1, 2, 3), (3, 256, 0))
+    load = replace(eagle3(table=table), step_profile=((1, 0.060, 20), (8, 0.030, 20)))
+    cal = Calibration()
+    assert step_time(load, 4, SETTINGS, cal) <= 0.030
+    assert step_time(load, 1, SETTINGS, cal) == pytest.approx(0.060)
+    # Beyond the measured K = 3 point, its range grows from it, not towards K = 0's.
+    assert step_time(load, 2, SETTINGS, cal) >= 0.060
+    # Without a table the two points are one line.
+    line = replace(load, k_schedule=())
+    assert step_time(line, 4, SETTINGS, cal) == pytest.approx(0.060 - 0.030 * 3 / 7)
+
+
 def test_a_request_is_priced_at_the_k_of_the_batch_it_joins() -> None:
     modes = {"eagle3": eagle3(batch=15)}
     joined = estimate(modes["eagle3"], modes, 100, 200, LEARNED, SETTINGS, Calibration())
