@@ -42,9 +42,10 @@ def _profile_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
     prior = _prior_step(load, batch, settings, cal)
     points = _points(load.step_profile)
     if load.k_schedule and points:
-        # A K table's ranges are different steps (at K = 0 the drafter does not run):
-        # measured points of the batch's own K only, the prior's shape carrying a
-        # point of another K over where its own has none.
+        # A K table's ranges are different steps (verifying, and drafting, more or
+        # fewer tokens): measured points of the batch's own K only, the prior's shape
+        # carrying a point of another K over where its own has none. A few points
+        # and table rows, K-table modes only: no cache needed.
         k = load.draft_length(batch)
         points = tuple(p for p in points if load.draft_length(p[0]) == k) or points
     if not points:

@@ -71,8 +71,8 @@ def test_the_prior_step_verifies_the_tables_k() -> None:
 
 def test_a_tables_ranges_are_timed_apart() -> None:
     """Measured drafting alone (K = 3, 60 ms) and at eight without drafting (K = 0,
-    30 ms, the embedded modes' table): a batch of four, which does not draft, is priced
-    from the step that did not draft, not halfway along a line between the two."""
+    30 ms): a batch of four, which does not draft, is priced from the step that did not
+    draft, not halfway along a line between the two."""
     table = ((1, 2, 3), (3, 256, 0))
     load = replace(eagle3(table=table), step_profile=((1, 0.060, 20), (8, 0.030, 20)))
     cal = Calibration()
