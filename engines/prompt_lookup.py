@@ -41,10 +41,11 @@ class LookupParams:
         """Prompt lookup's prior acceptance by kind of prompt, in a drafter card's terms
         (``engines.drafter_card.heldout_tau``): an answer that repeats a passage of its
         prompt is drafted in full once its first n-gram matches, up to ``1 + k`` tokens
-        a step; until measured, half of that gain. Without it, the first requests of a
-        copy-heavy kind would be priced on the level measured on other text, where prompt
-        lookup drafts little, and go elsewhere until one had finished."""
-        return {"copy": 1.0 + self.k / 2.0}
+        a step (the policy discounts a card's gain until the kind is measured: half of it
+        by default). Without it, the first requests of a copy-heavy kind would be priced
+        on the level measured on other text, where prompt lookup drafts little, and go
+        elsewhere until one had finished."""
+        return {"copy": 1.0 + self.k}
 
 
 def replay(prompt: Sequence[int], output: Sequence[int],

@@ -50,6 +50,10 @@ class AdaptivePolicy(Policy):
     def mix_memory_s(self) -> float:
         return self.settings.mix_memory_s
 
+    @property
+    def card_discount(self) -> float:
+        return self.settings.cold_start_discount
+
     def follow(self, settings: AdaptiveSettings) -> None:
         self.settings = settings
 

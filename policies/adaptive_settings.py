@@ -97,8 +97,9 @@ class AdaptiveSettings(BaseModel):
     cold_start_discount: float = Field(
         0.5, ge=0.0, le=1.0, description="before a (mode, class) has evidence, the prior's "
         "gain (mean_accepted_length - 1) is scaled by 1 - this when choosing where traffic "
-        "goes, until the mode's level measured on every class replaces it; exploration "
-        "uses the full prior")
+        "goes, until the mode's level measured on every class replaces it; a drafter "
+        "card's held-out figure for a kind of prompt is discounted alike until the kind "
+        "is measured; exploration uses the full prior")
     acceptance_half_life_s: float = Field(300.0, gt=0.0, le=86_400.0)
     prior_draft_steps: float = Field(20.0, ge=0.0, le=1_000_000.0, description="how many "
                                      "measured verification steps the prior is worth")

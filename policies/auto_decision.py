@@ -46,7 +46,8 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
     also = {workload_class, *(c for by_class in in_flight.values() for c in by_class)}
     classes = state.learned_classes(now, also)  # one snapshot of what is learned
     this = classes[workload_class]
-    prior = borrowed(classes, workload_class, card_tau or {}, state.pooled_acceptance(now))
+    prior = borrowed(classes, workload_class, card_tau or {}, state.pooled_acceptance(now),
+                     policy.card_discount)
     kind = {mode: a.drafts for mode, a in prior.items() if not a.transferred} \
         if family(workload_class) is not None else {}
     inputs = DecisionInput(

@@ -253,6 +253,12 @@ class Policy(ABC):
         """How long the classes of recent auto requests are remembered (0: not at all)."""
         return 0.0
 
+    @property
+    def card_discount(self) -> float:
+        """The share of a drafter card's gain taken off until its kind is measured here
+        (``class_prior.borrowed``)."""
+        return 0.0
+
     def follow(self, settings: AdaptiveSettings) -> None:  # noqa: B027 (optional hook)
         """The shared live settings changed (``PUT /admin/policy`` on any replica); a
         policy without live settings has nothing to follow."""

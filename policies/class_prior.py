@@ -7,7 +7,11 @@ A class a mode has not served yet starts from the mode's prior. Two things sharp
   draft alike whatever their prompt length, so each lends its evidence to the others.
 - **The drafter's card.** A trained drafter's model card may carry its held-out
   acceptance per kind of prompt (``heldout_tau``), measured on this model: the
-  prior of a family the mode has not served.
+  prior of a family the mode has not served. Held-out prompts are not the traffic
+  at hand (the shipped EAGLE-3 card reads 1.91 on chat and 2.18 on copying; live
+  chat and copy requests measured 1.35-1.6 and 1.3), so, like the published prior,
+  a card's gain is discounted (``cold_start_discount``) until the kind is measured
+  here.
 
 Evidence from other families transfers only downwards. A mode's level on every
 class says what its drafter accepts on this hardware, and a drafter measured weak
@@ -47,15 +51,15 @@ def family(workload_class: str) -> str | None:
 
 def borrowed(classes: Mapping[str, ClassLearned], workload_class: str,
              card_tau: Mapping[str, Mapping[str, float]],
-             overall: Mapping[str, LearnedAcceptance] | None = None
-             ) -> Mapping[str, LearnedAcceptance]:
+             overall: Mapping[str, LearnedAcceptance] | None = None,
+             card_discount: float = 0.0) -> Mapping[str, LearnedAcceptance]:
     """Each mode's acceptance for the prior of ``workload_class``.
 
     A caller's label pools every class, as a drafter's level. A feature class pools
     its family; a mode the family has not measured takes its card's figure for the
-    kind (worth ``CARD_STEPS``) of evidence, else its level on
-    every class, marked as transferred. ``overall``: ``pooled_acceptance(classes)``,
-    when the caller has it already."""
+    kind, its gain scaled by ``1 - card_discount`` (worth ``CARD_STEPS`` of evidence),
+    else its level on every class, marked as transferred. ``overall``:
+    ``pooled_acceptance(classes)``, when the caller has it already."""
     if overall is None:
         overall = pooled_acceptance(classes)
     own = family(workload_class)
@@ -70,6 +74,7 @@ def borrowed(classes: Mapping[str, ClassLearned], workload_class: str,
             continue
         tau = card_tau.get(mode, {}).get(kind or "")
         if tau is not None and tau >= 1.0:
+            tau = 1.0 + (tau - 1.0) * (1.0 - card_discount)
             result[mode] = LearnedAcceptance(tau, 0.0, 0.0, CARD_STEPS)
         elif mode in overall:
             result[mode] = replace(overall[mode], transferred=True)

@@ -41,8 +41,10 @@ async def chat(h: httpx.AsyncClient, gw: RealGateway, prompt: str, cls: str,
     return r
 
 
-async def forced_speeds(h: httpx.AsyncClient, gw: RealGateway,
-                        repeats: int = 2) -> dict[str, dict[str, float]]:
+async def forced_speeds(h: httpx.AsyncClient, gw: RealGateway, repeats: int = 2,
+                        modes: tuple[str, ...] = MODES,
+                        workloads: dict[str, list[str]] | None = None
+                        ) -> dict[str, dict[str, float]]:
     """Forced traffic: it teaches the policy, and its wall time is the ground truth of
     which mode is fastest for each workload (completion tokens per second).
 
@@ -52,20 +54,37 @@ async def forced_speeds(h: httpx.AsyncClient, gw: RealGateway,
     17.7 against EAGLE-3 20.5 tokens/s in one CI run, 19.8 against 19.6 when the same
     traffic was rerun), and the policy, which rated them level, was failed for choosing
     the one a slow spell had hit."""
-    tokens = {cls: dict.fromkeys(MODES, 0) for cls in WORKLOADS}
-    seconds = {cls: dict.fromkeys(MODES, 0.0) for cls in WORKLOADS}
+    workloads = WORKLOADS if workloads is None else workloads
+    tokens = {cls: dict.fromkeys(modes, 0) for cls in workloads}
+    seconds = {cls: dict.fromkeys(modes, 0.0) for cls in workloads}
     turn = 0
-    for cls, prompts in WORKLOADS.items():
+    for cls, prompts in workloads.items():
         for prompt in prompts * repeats:
-            shift = turn % len(MODES)
-            for mode in MODES[shift:] + MODES[:shift]:
+            shift = turn % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
                 began = time.monotonic()
                 r = await chat(h, gw, prompt, cls, mode)
                 seconds[cls][mode] += time.monotonic() - began
                 tokens[cls][mode] += r.json()["usage"]["completion_tokens"]
             turn += 1
-    return {cls: {mode: tokens[cls][mode] / seconds[cls][mode] for mode in MODES}
-            for cls in WORKLOADS}
+    return {cls: {mode: tokens[cls][mode] / seconds[cls][mode] for mode in modes}
+            for cls in workloads}
+
+
+async def confirmed_speed(h: httpx.AsyncClient, gw: RealGateway, cls: str, chosen: str,
+                          speed: dict[str, float]) -> tuple[float, float]:
+    """The chosen mode's speed and the fastest's, timed again side by side where the
+    first timing put the choice below 0.8 of the fastest: one CI run timed n-gram at
+    48.8 tokens/s on chat (28-29 in every other run of the same traffic, EAGLE-3 and
+    DFlash 33-37 throughout), a spell the policy, which rates modes on their measured
+    steps and acceptance, cannot be asked to foresee; a choice that really is slow
+    stays slow when timed again."""
+    fastest = max(speed, key=speed.__getitem__)
+    if chosen == fastest or speed[chosen] >= 0.8 * speed[fastest]:
+        return speed[chosen], speed[fastest]
+    again = (await forced_speeds(h, gw, modes=(chosen, fastest),
+                                 workloads={cls: WORKLOADS[cls]}))[cls]
+    return again[chosen], again[fastest]
 
 
 async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGateway) -> None:
@@ -91,14 +110,14 @@ async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGatew
         for cls, prompts in WORKLOADS.items():
             r = await chat(h, real_gateway, prompts[0], cls)
             mode, reason = r.headers["x-spec-mode"], r.headers["x-spec-decision"]
-            fastest = max(speed[cls], key=speed[cls].__getitem__)
             # The two trained drafters run within a few percent of each other on chat,
             # and a forced mode timed over these few prompts on 2 shared cores swings
             # by about 15% (one CI run: DFlash 23.0, EAGLE-3 27.2 tokens/s; the gateway
             # benchmark the other way, 27.6 against 24.8). 0.8 of the fastest still
             # fails a clearly slower choice: plain decoding on chat (0.63x) or a random
             # drafter (0.6x).
-            assert speed[cls][mode] >= 0.8 * speed[cls][fastest], (cls, mode, reason, speed)
+            mine, best = await confirmed_speed(h, real_gateway, cls, mode, speed[cls])
+            assert mine >= 0.8 * best, (cls, mode, reason, speed, policy["acceptance"][cls])
             assert reason.startswith((f"cost:{mode} +", f"hold:{mode}")), reason
             chosen[cls] = mode
         policy = (await h.get("/admin/policy", headers=AUTH)).json()
@@ -111,11 +130,11 @@ async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGatew
         assert r.status_code == 200
         r = await chat(h, real_gateway, WORKLOADS["chat"][0], "chat")
         mode = r.headers["x-spec-mode"]
-        fastest = max(enabled, key=speed["chat"].__getitem__)
         assert mode in enabled, r.headers["x-spec-decision"]
         # The same 0.8 as above: EAGLE-3 and DFlash are within a few percent on chat (one
         # CI run: auto chose DFlash at +7%, forced DFlash 25.2 against EAGLE-3 28.5).
-        assert speed["chat"][mode] >= 0.8 * speed["chat"][fastest], (
-            mode, r.headers["x-spec-decision"], speed)
+        mine, best = await confirmed_speed(h, real_gateway, "chat", mode,
+                                           {m: speed["chat"][m] for m in enabled})
+        assert mine >= 0.8 * best, (mode, r.headers["x-spec-decision"], speed)
         await h.put("/admin/policy", headers=AUTH, json={
             "enabled_modes": None, "exploration_share": 0.03, "hysteresis": 0.1})
