@@ -90,7 +90,7 @@ class AdaptiveSettings(BaseModel):
         "group's mix; the few requests in flight at low concurrency say little about what "
         "comes next")
     mix_memory_s: float = Field(
-        5.0, ge=0.0, le=3600.0, description="the recent mix counts the auto requests "
+        2.0, ge=0.0, le=3600.0, description="the recent mix counts the auto requests "
         "that arrived over about this many seconds (each decays by exp(-age / this)): "
         "what traffic is made of now, not over the learning half-life, which kept a "
         "group on the previous phase's mode after the traffic changed")
