@@ -86,6 +86,18 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
     return inputs, decision
 
 
+def note_departure(policy: Policy, memory: RoutingMemory, group: str, batch: int,
+                   now: float) -> None:
+    """A request left device group ``group``, which holds ``batch`` from ``now`` on.
+
+    The group's recent batch is a time average of what it held, and only decisions
+    note what it holds: a group that drained after its last decision read that
+    decision's batch until the next one came, so the first requests of a light phase
+    after a burst of sixteen were priced at sixteen, long after the burst had ended
+    (and went to plain decoding instead of a drafter)."""
+    memory.note_batch(group, batch, now, policy.batch_memory_s)
+
+
 def with_in_flight(modes: Mapping[str, ModeLoad],
                    in_flight: Mapping[str, Mapping[str, int]]) -> Mapping[str, ModeLoad]:
     """Each engine's batch, never below the requests the caller has open there.

@@ -77,6 +77,8 @@ class Admission:
         self._by_mode: Counter[str] = Counter()
         self._by_class: Counter[tuple[str, str]] = Counter()
         self._live: set[Ticket] = set()
+        # Told the mode of each request that gives its slot back, once it has.
+        self.release_observers: list[Callable[[str], None]] = []
 
     @property
     def total(self) -> int:
@@ -146,3 +148,5 @@ class Admission:
         self._by_class[key] -= 1
         if self._by_class[key] <= 0:
             del self._by_class[key]
+        for observer in self.release_observers:
+            observer(ticket.mode)

@@ -21,7 +21,7 @@ from engines.capabilities import needs as needs_of
 from engines.events import Failed
 from engines.prompt_lookup import LookupParams, replay
 from engines.request import GenerationRequest
-from policies.auto_decision import decide_auto
+from policies.auto_decision import decide_auto, note_departure
 from policies.base import (
     Decision,
     DecisionKind,
@@ -115,6 +115,7 @@ class Dispatcher:
         self._switched: dict[str, tuple[str, float]] = {}
         self.lookup = {mode: info.lookup for mode, info in self.mode_info.items()
                        if info.lookup is not None}
+        self.admission.release_observers.append(self._left)
 
     def group_of(self, mode: str) -> str:
         return self.mode_info.get(mode, ModeInfo()).gpu_group
@@ -369,6 +370,13 @@ class Dispatcher:
                 observer(move)
             except Exception:
                 log.exception("move observer failed")
+
+    def _left(self, mode: str) -> None:
+        """A request gave its slot on ``mode`` back: its device group's batch drops."""
+        group = self.group_of(mode)
+        batch = sum(self.admission.in_flight(m) for m in self.engines
+                    if self.group_of(m) == group)
+        note_departure(self.policy, self.memory, group, batch, self.clock())
 
     def _completed(self, done: Completed) -> None:
         for observer in self.observers:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
-from policies.auto_decision import decide_auto
+from policies.auto_decision import decide_auto, note_departure
 from policies.base import DecisionKind, ModeLoad
 from policies.move_costs import cost_is_measured, served_before_move
 from policies.routing_memory import RoutingMemory
@@ -156,6 +156,10 @@ class PolicyRouter(Router):
 
     def finished(self, request: SimRequest, now: float) -> None:
         self.clock.now = now
+        group = self._engines[request.mode].gpu_group
+        note_departure(self.policy, self.memory, group,
+                       sum(sum(in_flight_by_class(e).values()) for e in self._engines.values()
+                           if e.gpu_group == group), now)
         # Like the gateway: a moved request teaches what its last engine served.
         drafts, draft_tokens, accepted = request.moved_drafts
         self.state.observe(request.mode, request.cls.name, drafts=request.drafts - drafts,

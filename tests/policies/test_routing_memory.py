@@ -72,3 +72,16 @@ def test_the_recent_mix_is_what_arrived_over_the_last_seconds() -> None:
     mix = memory.recent_arrivals(80.0, 10.0)
     assert mix["copy"] > 6 * mix["chat"]
     assert memory.recent_arrivals(80.0, 0.0) == {"chat": 0.0, "copy": 0.0}
+
+
+def test_a_departure_is_noted_at_the_policys_batch_memory() -> None:
+    from policies.adaptive import AdaptivePolicy
+    from policies.adaptive_settings import AdaptiveSettings
+    from policies.auto_decision import note_departure
+    memory = RoutingMemory()
+    policy = AdaptivePolicy(AdaptiveSettings(batch_memory_s=2.0))
+    for t in range(20):
+        memory.note_batch("gpu0", 16, t * 0.5, 2.0)
+    note_departure(policy, memory, "gpu0", 0, 10.0)      # the burst drained
+    assert memory.recent_batch(10.05, 2.0)["gpu0"] > 15.0  # a wave's next request
+    assert memory.recent_batch(40.0, 2.0)["gpu0"] < 0.1    # the next phase's first

@@ -91,6 +91,33 @@ async def test_the_policy_sees_the_requests_in_flight_by_mode_and_class() -> Non
     assert dispatcher.in_flight() == {}
 
 
+async def test_a_group_that_drained_is_priced_at_what_it_holds_not_at_its_last_burst() -> None:
+    """Eight requests open at once, then all end: a request arriving long after sees
+    the group's recent batch near zero. Only decisions noted the batch, so a group
+    that drained after its last decision read eight until the next request came."""
+    now = [1000.0]
+    engines = fake_engines(token_delay_s=0.02)      # streams stay open a while
+    for engine in engines.values():
+        await engine.start()
+    policy = RecordingPolicy()
+    dispatcher = Dispatcher(engines, policy, SharedPolicyState(MemoryStore(), "r"),
+                            FAKE_MODE_INFO, clock=lambda: now[0])
+    streams = []
+    for i in range(8):
+        request = GenerationRequest(f"r{i}", (1, 2, 3), SamplingOptions(max_tokens=50))
+        streams.append(await dispatcher.open(dispatcher.decide("standard", 3, 3, "chat"),
+                                             request))
+    dispatcher.decide(None, 3, 3, "chat")           # an auto decision sees the burst
+    assert policy.seen[-1].modes["standard"].batch_size == 8
+    now[0] += 0.5
+    for stream in streams:
+        await stream.aclose()
+    now[0] += 30.0
+    dispatcher.decide(None, 3, 3, "chat")
+    group = FAKE_MODE_INFO["standard"].gpu_group
+    assert policy.seen[-1].recent_batch[group] < 0.5
+
+
 async def test_a_forced_mode_never_consults_the_policy_and_is_audited_as_forced() -> None:
     """``x-spec-mode`` is the caller's decision: no policy runs, no routing memory moves."""
     engines = fake_engines()
