@@ -90,11 +90,10 @@ def note_departure(policy: Policy, memory: RoutingMemory, group: str, batch: int
                    now: float) -> None:
     """A request left device group ``group``, which holds ``batch`` from ``now`` on.
 
-    The group's recent batch is a time average of what it held, and only decisions
-    note what it holds: a group that drained after its last decision read that
-    decision's batch until the next one came, so the first requests of a light phase
-    after a burst of sixteen were priced at sixteen, long after the burst had ended
-    (and went to plain decoding instead of a drafter)."""
+    The group's recent batch is a time average of what it held; noted only at
+    decisions, a group that drained after its last one would read that decision's
+    batch until the next request came, and the first requests of a light phase after
+    a burst would be priced at the burst's batch."""
     memory.note_batch(group, batch, now, policy.batch_memory_s)
 
 

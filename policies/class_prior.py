@@ -8,10 +8,9 @@ A class a mode has not served yet starts from the mode's prior. Two things sharp
 - **The drafter's card.** A trained drafter's model card may carry its held-out
   acceptance per kind of prompt (``heldout_tau``), measured on this model: the
   prior of a family the mode has not served. Held-out prompts are not the traffic
-  at hand (the shipped EAGLE-3 card reads 1.91 on chat and 2.18 on copying; live
-  chat and copy requests measured 1.35-1.6 and 1.3), so, like the published prior,
-  a card's gain is discounted (``cold_start_discount``) until the kind is measured
-  here.
+  at hand (the shipped cards read well above what live requests of the same kind
+  measure: docs/policy.md), so, like the published prior, a card's gain is
+  discounted (``cold_start_discount``) until the kind is measured here.
 
 Evidence from other families transfers only downwards. A mode's level on every
 class says what its drafter accepts on this hardware, and a drafter measured weak

@@ -158,7 +158,7 @@ class PolicyRouter(Router):
         self.clock.now = now
         group = self._engines[request.mode].gpu_group
         note_departure(self.policy, self.memory, group,
-                       sum(sum(in_flight_by_class(e).values()) for e in self._engines.values()
+                       sum(len(e.running) + len(e.waiting) for e in self._engines.values()
                            if e.gpu_group == group), now)
         # Like the gateway: a moved request teaches what its last engine served.
         drafts, draft_tokens, accepted = request.moved_drafts

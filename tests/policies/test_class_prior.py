@@ -59,9 +59,9 @@ def test_the_card_is_the_prior_of_a_family_the_mode_has_not_served() -> None:
 
 
 def test_a_cards_gain_is_discounted_like_the_prior() -> None:
-    """Held-out prompts are not the traffic at hand: the shipped EAGLE-3 card reads 1.91
-    on chat where live chat measured 1.35-1.6, and at that figure a burst of chat went
-    to EAGLE-3 at a batch where plain decoding is faster. The policy takes the card's
+    """Held-out prompts are not the traffic at hand: a card reads above what live
+    requests of its kind accept, and taken at face value it sends a burst of chat to a
+    drafter at a batch where plain decoding is faster. The policy takes the card's
     gain at ``1 - cold_start_discount``."""
     card = {"eagle3": {"chat": 1.9}}
     chat = borrowed({}, "auto:text:s", card, card_discount=0.5)["eagle3"]

@@ -74,11 +74,10 @@ async def forced_speeds(h: httpx.AsyncClient, gw: RealGateway, repeats: int = 2,
 async def confirmed_speed(h: httpx.AsyncClient, gw: RealGateway, cls: str, chosen: str,
                           speed: dict[str, float]) -> tuple[float, float]:
     """The chosen mode's speed and the fastest's, timed again side by side where the
-    first timing put the choice below 0.8 of the fastest: one CI run timed n-gram at
-    48.8 tokens/s on chat (28-29 in every other run of the same traffic, EAGLE-3 and
-    DFlash 33-37 throughout), a spell the policy, which rates modes on their measured
-    steps and acceptance, cannot be asked to foresee; a choice that really is slow
-    stays slow when timed again."""
+    first timing put the choice below 0.8 of the fastest. One timing of a few prompts
+    can catch a mode in a fast spell that its measured steps and acceptance, all the
+    policy rates it on, do not show; a choice that really is slow stays slow when
+    timed again."""
     fastest = max(speed, key=speed.__getitem__)
     if chosen == fastest or speed[chosen] >= 0.8 * speed[fastest]:
         return speed[chosen], speed[fastest]

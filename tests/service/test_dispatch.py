@@ -93,8 +93,7 @@ async def test_the_policy_sees_the_requests_in_flight_by_mode_and_class() -> Non
 
 async def test_a_group_that_drained_is_priced_at_what_it_holds_not_at_its_last_burst() -> None:
     """Eight requests open at once, then all end: a request arriving long after sees
-    the group's recent batch near zero. Only decisions noted the batch, so a group
-    that drained after its last decision read eight until the next request came."""
+    the group's recent batch near zero, not the eight of its last decision."""
     now = [1000.0]
     engines = fake_engines(token_delay_s=0.02)      # streams stay open a while
     for engine in engines.values():
