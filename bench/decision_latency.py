@@ -26,7 +26,8 @@ from policies.adaptive import AdaptivePolicy
 from policies.shared_state import SharedPolicyState
 from policies.store.base import PolicyStore
 from policies.store.memory import MemoryStore
-from service.dispatch import Dispatcher, ModeInfo
+from service.dispatch import Dispatcher
+from service.mode_info import ModeInfo
 from tests.fakes.engine import FakeEngine
 
 MODES = {"standard": ModeInfo(), "ngram": ModeInfo("ngram", 4),

@@ -17,7 +17,7 @@ from engines.prompt_lookup import LookupParams
 from engines.remote import RemoteVllmEngine
 from engines.tokenizer import HfTokenizer
 from engines.tool_calls import ToolCallParser
-from service.dispatch import ModeInfo
+from service.mode_info import ModeInfo
 from service.runtime import Components
 from service.settings import EMBEDDED_DRAFTER_PREFIX, ModeSettings, Settings
 

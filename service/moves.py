@@ -25,9 +25,18 @@ than ``min_remaining_tokens`` left, where a prefill costs more than it saves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import time
+from collections.abc import Callable, Mapping
 
-from service.stream import OpenStream
+from engines.base import Engine
+from policies.base import ModeLoad
+from policies.move_costs import cost_is_measured
+from service.admission import Admission
+from service.learning import Learner
+from service.stream import Move, MoveObserver, OpenStream
+
+log = logging.getLogger(__name__)
 
 
 class Mover:
@@ -62,3 +71,86 @@ class Mover:
             and stream.mode != target and self.group_of(stream.mode) == self.group_of(target) \
             and stream.moves < self.max_moves \
             and stream.remaining_tokens >= self.min_remaining_tokens
+
+
+class Moves:
+    """Carries moves out: a switch moves its device group's requests to the new mode,
+    a stream that could not move yet when its group switched follows once it can, and
+    each move teaches its source what the source served.
+
+    ``moving_groups``: exclusive device groups, whose switch moves their requests
+    whatever the old engine has measured (left where they are, they would run beside
+    the new engine's); elsewhere a request moves only off a mode whose cost is measured.
+    """
+
+    def __init__(self, mover: Mover, engines: Mapping[str, Engine], admission: Admission,
+                 learner: Learner, *, moving_groups: frozenset[str],
+                 load: Callable[[str], ModeLoad],
+                 refusal: Callable[[str, frozenset[str]], tuple[str, str] | None],
+                 observers: list[MoveObserver] | None = None) -> None:
+        self.mover = mover
+        self.engines = engines
+        self.admission = admission
+        self.learner = learner
+        self.moving_groups = moving_groups
+        self.load = load
+        self.refusal = refusal
+        self.observers = list(observers or [])
+        # Each device group's latest switch: (mode, time.monotonic()).
+        self._switched: dict[str, tuple[str, float]] = {}
+
+    def switch(self, target: str) -> None:
+        """Auto chose ``target`` on cost: the requests its device group runs on other
+        modes continue there, as far as ``target`` has room."""
+        self._switched[self.mover.group_of(target)] = (target, time.monotonic())
+        if not self.engines[target].is_up:
+            return
+        measured: dict[str, bool] = {}
+        for stream in self.mover.candidates(target):
+            if not self._move(stream, target, measured):
+                return
+
+    def enlist(self, stream: OpenStream) -> None:
+        """``stream`` has its first event and can move from now on. If its device group
+        switched while it waited for that event, it follows now. (A burst arrives within
+        a step: its first requests go to the mode the group ran, and the one that finds
+        the batch large enough to switch would otherwise leave them running beside the
+        new engine to their end.)"""
+        self.mover.register(stream)
+        switched = self._switched.get(self.mover.group_of(stream.mode))
+        if switched is None:
+            return
+        target, at = switched
+        if at <= stream.routing.decided_at or not self.engines[target].is_up or \
+                not self.mover.movable(stream, target):
+            return
+        self._move(stream, target, {})
+
+    def _move(self, stream: OpenStream, target: str, measured: dict[str, bool]) -> bool:
+        """Move ``stream`` to ``target`` where its source's cost is measured (or its group
+        moves whatever was measured) and ``target`` can serve it; False when ``target``
+        has no room left (``measured``: memo by source mode)."""
+        source = stream.mode
+        if source not in measured:
+            measured[source] = self.mover.group_of(source) in self.moving_groups or \
+                cost_is_measured(self.load(source))
+        if not measured[source] or self.refusal(target, stream.routing.needs):
+            return True
+        ticket = self.admission.reserve_move(target, stream.routing.workload_class)
+        if ticket is None:
+            return False
+        stream.move(target, ticket)
+        return True
+
+    def moved(self, move: Move) -> None:
+        log.info("request %s moved from %s to %s after %d tokens", move.request_id,
+                 move.source, move.target, move.tokens_so_far)
+        try:  # learning must never fail the stream being moved
+            self.learner.moved(move, self.load(move.source))
+        except Exception:
+            log.exception("learning from the move of %s failed", move.request_id)
+        for observer in self.observers:
+            try:
+                observer(move)
+            except Exception:
+                log.exception("move observer failed")

@@ -24,9 +24,10 @@ from policies.shared_state import SharedPolicyState
 from policies.store.base import PolicyStore, ReplicaLoad, StoreUnavailable
 from service.admission import Admission, shutting_down
 from service.containment import Containment
-from service.dispatch import Dispatcher, ModeInfo
+from service.dispatch import Dispatcher
 from service.drain import Drain
 from service.errors import Unavailable
+from service.mode_info import ModeInfo
 from service.moves import Mover
 from service.serving import Limits, Serving
 from service.stream import CompletionObserver, Move, Routing

@@ -82,8 +82,22 @@ class Completed:
 CompletionObserver = Callable[[Completed], None]
 
 
-# Opens a moved request's continuation on a mode, holding the slot reserved there.
-Reopen = Callable[[str, GenerationRequest, Ticket], EventPump]
+# Opens a request (or a moved request's continuation) on a mode in the slot ``ticket``
+# holds there (interrupting the ticket interrupts it), until ``deadline``
+# (``time.monotonic()``; None: none).
+Reopen = Callable[[str, GenerationRequest, Ticket, float | None], EventPump]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamHooks:
+    """What an open stream tells the service that opened it, and how it continues on
+    another mode; one set per dispatcher, given to every stream it opens."""
+
+    completed: CompletionObserver
+    engine_died: Callable[[str, frozenset[str]], None]
+    reopen: Reopen
+    moved: Callable[[Move], None] | None = None
+    closed: Callable[[OpenStream], None] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -91,26 +105,23 @@ class OpenStream:
     """An admitted engine request whose first event was awaited before answering.
 
     ``first`` is that event, or None for a stream answered before it came
-    (see ``service/keepalive.py``). A stream opened with ``request`` and
-    ``reopen`` can be moved to another mode (``service/moves.py``): its reader
-    swaps engines between two events and never sees the seam.
+    (see ``service/keepalive.py``). A ``movable`` stream can be moved to another
+    mode (``service/moves.py``): its reader swaps engines between two events and
+    never sees the seam.
     """
 
     routing: Routing
     pump: EventPump
     ticket: Ticket
-    on_completed: CompletionObserver
+    request: GenerationRequest
+    hooks: StreamHooks
+    deadline: float | None = None
+    movable: bool = False
     first: GenerationEvent | None = None
     first_token_at: float | None = None
-    request: GenerationRequest | None = None
-    reopen: Reopen | None = None
-    on_moved: Callable[[Move], None] | None = None
-    on_closed: Callable[[OpenStream], None] | None = None
-    on_engine_died: Callable[[str, frozenset[str]], None] | None = None
+    # The answer's tokens so far (one choice only): what a move continues from and what
+    # learns from finished requests.
     generated: list[int] = field(default_factory=list)
-    # The prompt, for a stream not opened to be moved: its answer's tokens are kept
-    # (in ``generated``) for what learns from finished requests.
-    prompt_token_ids: tuple[int, ...] = ()
     served_by: set[str] = field(default_factory=set)
     moves: int = 0
     _first_taken: bool = False
@@ -123,7 +134,7 @@ class OpenStream:
 
     @property
     def remaining_tokens(self) -> int:
-        return self.request.sampling.max_tokens - len(self.generated) if self.request else 0
+        return self.request.sampling.max_tokens - len(self.generated)
 
     @property
     def moving(self) -> bool:
@@ -132,7 +143,7 @@ class OpenStream:
     def move(self, target: str, ticket: Ticket) -> bool:
         """Continue this request on ``target`` (``ticket``: its slot there) from the next
         event on; False (and the slot given back) when it has already ended."""
-        if self.reopen is None or self._target is not None or not self.pump.running:
+        if not self.movable or self._target is not None or not self.pump.running:
             ticket.release()
             return False
         self._target = (target, ticket)
@@ -154,15 +165,14 @@ class OpenStream:
                         raise
                     await self._continue_on_target()
         if isinstance(event, Finished) and self.moves:
-            event = replace(event, prompt_tokens=len(self.request.prompt_token_ids)
-                            if self.request else event.prompt_tokens,
+            event = replace(event, prompt_tokens=len(self.request.prompt_token_ids),
                             completion_tokens=self._before_move + event.completion_tokens)
         if not isinstance(event, Idle):
             self._see(event)
         return event
 
     async def _continue_on_target(self) -> None:
-        assert self._target is not None and self.reopen is not None and self.request
+        assert self._target is not None
         (target, ticket), self._target = self._target, None
         source = self.mode
         await self.pump.aclose()          # ended already: its abort raised Interrupted
@@ -172,13 +182,13 @@ class OpenStream:
         self.served_by.add(source)
         source_tokens = len(self.generated) - self._before_move
         self._before_move = len(self.generated)
-        self.pump = self.reopen(target, continuation(self.request, self.generated, self.moves),
-                                ticket)
-        ticket.on_interrupt = self.pump.interrupt
+        self.pump = self.hooks.reopen(
+            target, continuation(self.request, self.generated, self.moves), ticket,
+            self.deadline)
         self.routing = replace(self.routing, decision=Decision(target, DecisionKind.MOVE,
                                                                leader=target))
-        if self.on_moved is not None:
-            self.on_moved(Move(self.request.request_id, source, target, len(self.generated),
+        if self.hooks.moved is not None:
+            self.hooks.moved(Move(self.request.request_id, source, target, len(self.generated),
                                source_tokens, self.routing.workload_class))
 
     async def events(self) -> AsyncIterator[GenerationEvent]:
@@ -201,21 +211,19 @@ class OpenStream:
         if isinstance(event, TextDelta):
             if event.token_ids and self.first_token_at is None:
                 self.first_token_at = now
-            if self.request is not None or self.prompt_token_ids:
+            if self.request.sampling.n == 1:
                 self.generated.extend(event.token_ids)
         elif isinstance(event, Failed):
-            if event.engine_died and self.on_engine_died is not None:
-                self.on_engine_died(self.mode, self.routing.needs)
+            if event.engine_died:
+                self.hooks.engine_died(self.mode, self.routing.needs)
         elif isinstance(event, Finished):
             start = self.routing.decided_at
             first = self.first_token_at - start if self.first_token_at is not None else None
-            prompt = self.request.prompt_token_ids if self.request is not None \
-                else self.prompt_token_ids
-            self.on_completed(Completed(self.routing, event, first, now - start,
-                                        moved_tokens=self._before_move,
-                                        prompt_token_ids=tuple(prompt),
-                                        output_token_ids=tuple(self.generated),
-                                        served_by=frozenset({*self.served_by, self.mode})))
+            self.hooks.completed(Completed(self.routing, event, first, now - start,
+                                           moved_tokens=self._before_move,
+                                           prompt_token_ids=self.request.prompt_token_ids,
+                                           output_token_ids=tuple(self.generated),
+                                           served_by=frozenset({*self.served_by, self.mode})))
 
     async def aclose(self) -> None:
         try:
@@ -225,5 +233,5 @@ class OpenStream:
             if self._target is not None:  # a move asked for as the request ended
                 self._target[1].release()
                 self._target = None
-            if self.on_closed is not None:
-                self.on_closed(self)
+            if self.hooks.closed is not None:
+                self.hooks.closed(self)

@@ -1,16 +1,16 @@
 """SpecGate ``auto`` inside the simulator: the real policy, fed like the gateway feeds it.
 
-This mirrors ``service.dispatch.Dispatcher`` (``decide``/``_load``/``_learn``)
-without importing the gateway: a ``ModeLoad`` per engine from its stat logger,
-the requests in flight per engine and workload class (the dispatcher counts its
-open streams), the learned acceptance and output length of the request's class
-and of the classes in flight from ``SharedPolicyState`` over a ``MemoryStore``,
-on the simulated clock; every finished request is observed; the state syncs
-with the store every ``sync_interval_s`` of simulated time. A cost decision
-moves the device group's requests on other modes to the chosen one, as the
-gateway does (``service/moves.py``): the new engine prefills prompt + the
-tokens generated so far (``SimEngine._admit`` charges exactly that) and decodes on.
-"""
+This mirrors ``service.dispatch.Dispatcher`` (``decide``),
+``service.mode_info.mode_load`` and ``service.learning.Learner`` without importing
+the gateway: a ``ModeLoad`` per engine from its stat logger, the requests in flight
+per engine and workload class (the dispatcher counts its open streams), the learned
+acceptance and output length of the request's class and of the classes in flight
+from ``SharedPolicyState`` over a ``MemoryStore``, on the simulated clock; every
+finished request is observed; the state syncs with the store every
+``sync_interval_s`` of simulated time. A cost decision moves the device group's
+requests on other modes to the chosen one, as the gateway does
+(``service/moves.py``): the new engine prefills prompt + the tokens generated so far
+(``SimEngine._admit`` charges exactly that) and decodes on."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ class SimClock:
 
 
 def mode_load(engine: SimEngine, now: float) -> ModeLoad:
-    """What ``Dispatcher._load`` builds from an engine's stats, from the simulated one."""
+    """What ``service.mode_info.mode_load`` builds from an engine's stats, from the
+    simulated one."""
     rate, length = engine.stats.window.snapshot(now)
     mode = engine.mode
     return ModeLoad(
@@ -121,7 +122,7 @@ class PolicyRouter(Router):
         return decision.mode
 
     def _move_group_to(self, dest: SimEngine, engines: Mapping[str, SimEngine]) -> None:
-        """``Dispatcher._move_group_to``: the group's requests elsewhere continue on
+        """``service.moves.Moves.switch``: the group's requests elsewhere continue on
         ``dest`` (the gateway knows ``max_tokens``, not the hidden output length)."""
         assert self.move_min_remaining_tokens is not None
         for engine in engines.values():
@@ -141,7 +142,7 @@ class PolicyRouter(Router):
             load = mode_load(engine, self.clock.now)
             for r in movers:
                 # What the old engine served of it teaches that engine's acceptance, as
-                # the gateway's ``Dispatcher._moved`` does (``policies/move_costs.py``).
+                # the gateway's ``Learner.moved`` does (``policies/move_costs.py``).
                 served = served_before_move(load, r.generated - r.moved_tokens)
                 if served is not None:
                     self.state.observe_acceptance(
@@ -167,7 +168,7 @@ class PolicyRouter(Router):
                            accepted=request.accepted - accepted,
                            completion_tokens=request.generated - request.moved_tokens,
                            now=now)
-        # ``Dispatcher._replay_lookup``: prompt lookup measured on every answer.
+        # ``Learner`` (``service/learning.py``): prompt lookup measured on every answer.
         for name, engine in self._engines.items():
             if engine.mode.method == "ngram" and name != request.mode and not request.moves:
                 drafts, draft_tokens, accepted = engine.replay(request)

@@ -15,7 +15,7 @@ from engines.tool_calls import ToolCallParser
 from gateway.app import create_app
 from policies.base import Policy
 from policies.store.base import PolicyStore
-from service.dispatch import ModeInfo
+from service.mode_info import ModeInfo
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes.engine import FakeEngine, FakeTokenizer

@@ -15,8 +15,10 @@ from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Decision, DecisionInput, DecisionKind
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
-from service.dispatch import Dispatcher, ModeInfo, RouteHints
+from service.dispatch import Dispatcher
 from service.errors import InvalidRequest
+from service.mode_info import ModeInfo
+from service.route_hints import RouteHints
 from tests.conftest import FAKE_MODE_INFO, fake_engines
 
 

@@ -15,6 +15,7 @@ from policies.store.memory import MemoryStore
 from service.admission import Admission
 from service.dispatch import Dispatcher
 from service.moves import Mover
+from service.pump import Interrupted
 from service.stream import Move, OpenStream
 from tests.conftest import FAKE_MODE_INFO, fake_engines
 from tests.fakes.engine import WORDS, FakeEngine
@@ -106,6 +107,25 @@ async def read_some(stream: OpenStream, deltas: int) -> tuple[str, None]:
         text += event.text
         deltas -= 1
     return text, None
+
+
+@pytest.mark.parametrize("moved", [False, True])
+async def test_a_drain_stops_a_stream_on_the_engine_it_runs_on_now(moved: bool) -> None:
+    """Shutdown interrupts every admitted request through its slot: a moved stream's
+    slot on its new engine stops the new engine's request, not the old one's."""
+    dispatcher, policy, engines, _ = await setup()
+    stream = await open_auto(dispatcher, "a", max_tokens=200)
+    await read_some(stream, 5)
+    if moved:
+        policy.mode = "eagle3"
+        await read(await open_auto(dispatcher, "b", max_tokens=2))
+        await read_some(stream, 2)
+        assert stream.mode == "eagle3"
+    assert dispatcher.admission.interrupt_all("shutdown") == 1
+    with pytest.raises(Interrupted):
+        await read(stream)
+    assert stream.mode == ("eagle3" if moved else "standard")
+    assert not engines[stream.mode].running and dispatcher.in_flight() == {}
 
 
 async def test_the_learned_acceptance_counts_only_what_the_new_mode_served() -> None:
@@ -228,7 +248,7 @@ async def test_an_exploration_is_measured_where_it_runs() -> None:
 
 async def test_an_exploration_in_a_group_whose_engines_take_turns_moves_with_it() -> None:
     """Left where it runs, it would run beside the group's new mode on the same
-    cores; it moves, and its source learns what it served (``Dispatcher._moved``)."""
+    cores; it moves, and its source learns what it served (``Learner.moved``)."""
     info = {m: replace(i, exclusive=True) for m, i in FAKE_MODE_INFO.items()}
     engines = fake_engines(token_delay_s=0.01)
     for engine in engines.values():
@@ -297,7 +317,7 @@ async def test_an_exclusive_group_moves_its_requests_whatever_was_measured(
         monkeypatch: pytest.MonkeyPatch, exclusive: bool) -> None:
     """Left on an engine that has not measured its batch, requests in an exclusive
     CPU group would run beside the new engine on the same cores: there they move."""
-    monkeypatch.setattr("service.dispatch.cost_is_measured", lambda load: False)
+    monkeypatch.setattr("service.moves.cost_is_measured", lambda load: False)
     info = {m: replace(i, exclusive=exclusive) for m, i in FAKE_MODE_INFO.items()}
     engines = fake_engines(token_delay_s=0.01)
     for engine in engines.values():
