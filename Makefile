@@ -3,17 +3,30 @@ BACKEND ?= cpu
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(BACKEND)
+TEST_STAMP := $(VENV)/.installed-$(BACKEND)-test
 ARGS ?=
 
 LOAD_VENV ?= .venv-load
 CLIENTS_VENV ?= .venv-clients
 
-.PHONY: install serve prepare test test-fast lint bench bench-peer soak loadtest clean train-drafters
+.PHONY: install install-test system-packages serve prepare test test-unit test-fast lint bench \
+	bench-peer soak loadtest clean train-drafters
 
+# What serving needs: SpecGate and its engine backend.
 install: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/install.sh
-	BACKEND=$(BACKEND) VENV=$(VENV) bash scripts/install.sh
+	BACKEND=$(BACKEND) VENV=$(VENV) bash scripts/install.sh serve
+
+# The Python test tools (pytest, ruff, mypy, the fuzzers, ...).
+install-test: $(TEST_STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	BACKEND=$(BACKEND) VENV=$(VENV) bash scripts/install.sh test
+
+# redis-server and Prometheus (promtool): only the whole suite starts them.
+system-packages:
+	bash scripts/install.sh system
 
 # SPECGATE_* environment variables (SPECGATE_PORT, SPECGATE_CONFIG, ...) are honoured.
 serve: install
@@ -24,21 +37,28 @@ prepare: install
 
 # The whole suite: lint and types, the fast tier, and the real vLLM tier (which runs
 # guidellm and client libraries unchanged against the gateway, hence their venvs).
-test: install $(LOAD_VENV)/.installed $(CLIENTS_VENV)/.installed
+test: install-test system-packages $(LOAD_VENV)/.installed $(CLIENTS_VENV)/.installed
 	$(VENV)/bin/ruff check gateway service engines policies sim training tests bench
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
-test-fast: install
+# The developer's loop: policy, service, engine-contract and gateway tests that need
+# only the Python packages (tests/tiers.py), on two workers; no Redis or Prometheus.
+test-unit: install-test
+	$(PY) -m pytest -m unit -n 2 --dist loadgroup -q \
+		tests/policies tests/service tests/engines tests/gateway tests/test_layers.py
+
+# Everything but the real vLLM tier.
+test-fast: install-test system-packages
 	$(PY) -m pytest -m "not real"
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check gateway service engines policies sim training tests bench
 	$(VENV)/bin/mypy
 
 # Benchmarks print figures (not tests); the routing report (simulator + real CPU
 # sweep, bench/out/REPORT.md) runs last and prints the summary line.
-bench: install
+bench: install-test
 	$(PY) -m bench.gateway_overhead
 	$(PY) -m bench.decision_latency
 	$(PY) -m bench.acceptance --gateway
@@ -52,7 +72,7 @@ bench: install
 # back over rows 1-4,608 with the vocabulary grown to 16,384 tokens, and one more grown to
 # three layers. Answers are shipped for all of them, so none is generated here; resumable,
 # results in drafters/.
-train-drafters: install
+train-drafters: install-test
 	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 1536 --epochs 8 --out drafters/base
 	$(VENV)/bin/specgate train-drafter --method dflash --limit 1536 --epochs 5 --lr 2e-3 --out drafters/base
 	$(VENV)/bin/specgate train-drafter --method eagle3 --limit 4608 --epochs 2 --lr 5e-4 \

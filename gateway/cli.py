@@ -1,4 +1,4 @@
-"""``specgate`` command line: ``serve`` and ``prepare``."""
+"""``specgate`` command line: ``serve``, ``prepare``, ``train-drafter`` and ``config``."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     check = config_sub.add_parser("check", help="validate a config file and print the "
                                                 "resolved settings (file + environment)")
     check.add_argument("config", help="YAML config file")
+    config_sub.add_parser("markdown", help="print the settings reference "
+                                           "(docs/configuration.md) from the settings models")
     return parser
 
 
@@ -65,6 +67,11 @@ def resolved_config_yaml(settings: Settings) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "config" and args.config_command == "markdown":
+        from service.settings_doc import settings_markdown
+
+        print(settings_markdown(), end="")
+        return
     settings = load_settings(args)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -12,11 +12,11 @@ class MethodPrior(BaseModel):
 
     mean_accepted_length: float = Field(ge=1.0, le=64.0, description="tokens per step, "
                                         "bonus token included")
-    # Extra cost of one speculative step over a plain step at the same batch,
-    # as a fraction of the plain step's fixed cost (drafting passes).
-    draft_overhead: float = Field(ge=0.0, le=20.0)
-    # Extra prefill work for the drafter, as a fraction of the target's prefill.
-    prefill_overhead: float = Field(0.1, ge=0.0, le=10.0)
+    draft_overhead: float = Field(ge=0.0, le=20.0, description="extra cost of one "
+                                  "speculative step over a plain step at the same batch, as "
+                                  "a fraction of the plain step's fixed cost (drafting passes)")
+    prefill_overhead: float = Field(0.1, ge=0.0, le=10.0, description="extra prefill work "
+                                    "for the drafter, as a fraction of the target's prefill")
 
 
 def _default_priors() -> dict[str, MethodPrior]:
@@ -100,7 +100,9 @@ class AdaptiveSettings(BaseModel):
         "goes, until the mode's level measured on every class replaces it; a drafter "
         "card's held-out figure for a kind of prompt is discounted alike until the kind "
         "is measured; exploration uses the full prior")
-    acceptance_half_life_s: float = Field(300.0, gt=0.0, le=86_400.0)
+    acceptance_half_life_s: float = Field(300.0, gt=0.0, le=86_400.0, description="learned "
+                                          "acceptance and output lengths decay with this "
+                                          "half-life, so the policy follows changing traffic")
     prior_draft_steps: float = Field(20.0, ge=0.0, le=1_000_000.0, description="how many "
                                      "measured verification steps the prior is worth")
     default_output_tokens: int = Field(256, ge=1, le=1_000_000, description="expected output "
@@ -108,17 +110,25 @@ class AdaptiveSettings(BaseModel):
     # Prior step-time model, t(b) = fixed_s + per_seq_s * b
     # + per_token_s * max(tokens in the step - knee_tokens, 0);
     # replaced by each engine's measured profile once it has one.
-    step_fixed_s: float = Field(0.008, gt=0.0, le=10.0)
-    step_per_token_s: float = Field(0.0002, ge=0.0, le=1.0)
-    # Per running sequence whatever it verifies (KV reads, bookkeeping): what makes
-    # plain decoding slow down with batch even while the step is memory-bound.
-    step_per_seq_s: float = Field(0.0, ge=0.0, le=1.0)
+    step_fixed_s: float = Field(0.008, gt=0.0, le=10.0, description="prior step time: the "
+                                "fixed part of one decode step, before an engine has "
+                                "measured its own")
+    step_per_token_s: float = Field(0.0002, ge=0.0, le=1.0, description="prior step time: "
+                                    "per token the step verifies beyond step_knee_tokens")
+    step_per_seq_s: float = Field(0.0, ge=0.0, le=1.0, description="prior step time: per "
+                                  "running sequence whatever it verifies (KV reads, "
+                                  "bookkeeping), which slows plain decoding with batch even "
+                                  "while the step is memory-bound")
     step_knee_tokens: float = Field(
         0.0, ge=0.0, le=1_000_000.0, description="tokens per step below which a step is "
         "bound by reading the weights (weights / memory bandwidth over compute per token): "
         "step_per_token_s counts only the tokens beyond it; 0 counts every token")
-    prefill_per_token_s: float = Field(0.00005, ge=0.0, le=1.0)
-    priors: dict[str, MethodPrior] = Field(default_factory=_default_priors)
+    prefill_per_token_s: float = Field(0.00005, ge=0.0, le=1.0, description="prior prefill "
+                                       "time per prompt token, before an engine has measured "
+                                       "its own")
+    priors: dict[str, MethodPrior] = Field(default_factory=_default_priors, description="what "
+                                           "is assumed of each speculative method before it "
+                                           "is measured, by vLLM method name")
 
     def prior_for(self, method: str | None) -> MethodPrior | None:
         if method is None:

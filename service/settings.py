@@ -54,7 +54,8 @@ class ModeSettings(BaseModel):
     method: str | None = Field(None, description="vLLM speculative method; absent = plain decoding")
     model: str | None = Field(None, description="drafter path; 'embedded:eagle3' etc. for the "
                                                 "embedded default's drafters")
-    num_speculative_tokens: int | None = Field(None, ge=1, le=64)
+    num_speculative_tokens: int | None = Field(None, ge=1, le=64, description="draft tokens "
+                                               "per step (K); required with 'method'")
     num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
         None, min_length=1, max_length=256, description="vLLM's per-batch K table: "
         "[first batch, last batch, K] ranges from batch 1, K = 0 allowed; a gap or the "
@@ -104,15 +105,21 @@ class RuleParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_batch_for_speculation: int = Field(32, ge=0)
-    min_tokens_for_speculation: int = Field(50, ge=0)
-    dflash_min_acceptance: float = Field(0.7, ge=0.0, le=1.0)
+    max_batch_for_speculation: int = Field(32, ge=0, description="plain decoding when the "
+                                           "drafter's engine runs a larger batch")
+    min_tokens_for_speculation: int = Field(50, ge=0, description="plain decoding for a "
+                                            "request whose max_tokens is below this")
+    dflash_min_acceptance: float = Field(0.7, ge=0.0, le=1.0, description="DFlash while its "
+                                         "measured acceptance rate is above this, else "
+                                         "EAGLE-3")
 
 
 class PolicySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["adaptive", "rule"] = "adaptive"
+    name: Literal["adaptive", "rule"] = Field(
+        "adaptive", description="the auto policy: 'adaptive' prices every mode from live "
+        "load and measured acceptance; 'rule' is the published static rule")
     rule: RuleParams = RuleParams()
     # Initial live settings; once the shared store holds settings (PUT
     # /admin/policy), those win on every replica.
@@ -137,11 +144,12 @@ class Settings(BaseSettings):
                                       extra="forbid", validate_default=True)
 
     config: Path | None = Field(None, description="YAML config file")
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=1, le=65535)
+    host: str = Field("127.0.0.1", description="address the HTTP server binds")
+    port: int = Field(8000, ge=1, le=65535, description="port the HTTP server listens on")
     model: str | None = Field(None, description="model directory; absent = embedded "
                                                 "SmolLM2-135M-Instruct")
-    served_model_name: str | None = None
+    served_model_name: str | None = Field(None, description="the model name clients send "
+                                          "and /v1/models lists; absent = the model's own")
     chat_template: Path | None = Field(None, description="a Jinja chat template file used "
                                        "instead of the model's own (e.g. one that renders "
                                        "tools); absent = the model's own")
@@ -157,17 +165,20 @@ class Settings(BaseSettings):
                           "'standard' only for a model of your own")
     kv_cache_gib: float = Field(0.25, gt=0,
                                 description="KV cache per engine unless the mode sets it")
-    max_model_len: int = Field(2048, ge=16)
+    max_model_len: int = Field(2048, ge=16, description="longest prompt + output, in "
+                               "tokens, each engine accepts")
     dtype: DType | None = Field(
         None, description="weights/activations dtype; absent = float32 for the embedded "
                           "model (greedy output then does not depend on batch shape on CPU), "
                           "'auto' (the checkpoint's own) otherwise")
-    enforce_eager: bool = True
+    enforce_eager: bool = Field(True, description="vLLM's enforce_eager: no CUDA graphs "
+                                "(faster start; the CPU build needs it)")
     max_n: int = Field(8, ge=1, le=128, description="largest 'n' a request may ask for")
     policy: PolicySettings = PolicySettings()
     redis_url: str | None = Field(None, description="shared policy store; absent = in-memory")
     redis_prefix: str = Field("specgate", min_length=1, max_length=64,
-                              pattern=r"^[A-Za-z0-9_.:-]+$")
+                              pattern=r"^[A-Za-z0-9_.:-]+$", description="prefix of every "
+                              "key in the shared store; gateways that share it share state")
     redis_timeout_s: float = Field(0.25, gt=0.0, le=10.0,
                                    description="bound on every policy-store call")
     admin_key: SecretStr | None = Field(None, description="Bearer key for /admin/*; "
@@ -211,7 +222,8 @@ class Settings(BaseSettings):
         "when forced); 0 = never")
     replica_id: str | None = Field(None, description="this replica's name in the shared "
                                                      "store; absent = host-pid")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="the gateway's log level")
 
     @field_validator("modes")
     @classmethod
