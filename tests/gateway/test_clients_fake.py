@@ -16,11 +16,10 @@ from tests.conftest import FAKE_MODE_INFO, MODEL, FakeGateway, serve
 from tests.fakes.engine import FakeEngine, FakeTokenizer
 from tests.fakes.schema_engine import SchemaEngine, instance
 
-ToolCallParser("hermes", FakeTokenizer()).load()  # vLLM imported while collecting
-
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def gw() -> AsyncIterator[FakeGateway]:
+    ToolCallParser("hermes", FakeTokenizer()).load()   # vLLM, imported once (seconds)
     engines: dict[str, FakeEngine] = {mode: SchemaEngine(mode, speculative=mode != "standard")
                                       for mode in FAKE_MODE_INFO}
     async for g in serve(engines, max_model_len=16384):

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
+import pytest_asyncio
 
 from gateway.errors import http_error
 from service.errors import AtCapacity, EngineFailed, InvalidRequest, TimedOut, Unavailable
-from tests.conftest import MODEL, FakeGateway
+from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 
 OK_MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+# One gateway takes every bad request of the module: none may disturb the next.
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gateway() -> AsyncIterator[FakeGateway]:
+    async for g in serve(fake_engines()):
+        yield g
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def own_gateway() -> AsyncIterator[FakeGateway]:
+    async for g in serve(fake_engines()):
+        yield g
 
 
 def assert_envelope(r, status: int, *, param: str | None = "<any>",  # type: ignore[no-untyped-def]
@@ -23,6 +39,7 @@ def assert_envelope(r, status: int, *, param: str | None = "<any>",  # type: ign
     return error
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_unknown_spec_mode_lists_valid_values(gateway: FakeGateway) -> None:
     r = await gateway.client.post("/v1/chat/completions", headers={"x-spec-mode": "nonsense"},
                                   json={"model": MODEL, "messages": OK_MESSAGES})
@@ -32,6 +49,7 @@ async def test_unknown_spec_mode_lists_valid_values(gateway: FakeGateway) -> Non
     assert not any(e.served for e in gateway.engines.values())
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_spec_mode_garbage_is_not_echoed_raw(gateway: FakeGateway) -> None:
     r = await gateway.client.post("/v1/completions", headers={"x-spec-mode": "a\tb" + "x" * 500},
                                   json={"model": MODEL, "prompt": "hi"})
@@ -61,11 +79,13 @@ async def test_spec_mode_garbage_is_not_echoed_raw(gateway: FakeGateway) -> None
     ({"model": MODEL, "messages": OK_MESSAGES, "response_format": {"type": "json_schema"}},
      "response_format"),
 ])
+@pytest.mark.asyncio(loop_scope="module")
 async def test_invalid_chat_requests(gateway: FakeGateway, body: dict, param: str | None) -> None:
     r = await gateway.client.post("/v1/chat/completions", json=body)
     assert_envelope(r, 400, param=param)
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_invalid_json_and_non_finite_numbers(gateway: FakeGateway) -> None:
     r = await gateway.client.post("/v1/chat/completions", content=b"{not json",
                                   headers={"content-type": "application/json"})
@@ -77,6 +97,7 @@ async def test_invalid_json_and_non_finite_numbers(gateway: FakeGateway) -> None
     assert_envelope(r, 400, param="temperature")
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_unknown_model_is_404(gateway: FakeGateway) -> None:
     r = await gateway.client.post("/v1/chat/completions",
                                   json={"model": "gpt-9", "messages": OK_MESSAGES})
@@ -84,6 +105,7 @@ async def test_unknown_model_is_404(gateway: FakeGateway) -> None:
     assert error["code"] == "model_not_found"
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_context_length_exceeded(gateway: FakeGateway) -> None:
     r = await gateway.client.post("/v1/completions",
                                   json={"model": MODEL, "prompt": "x" * 100, "max_tokens": 500})
@@ -94,12 +116,14 @@ async def test_context_length_exceeded(gateway: FakeGateway) -> None:
     assert_envelope(r, 400, contains="maximum context length")
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_n_above_limit(gateway: FakeGateway) -> None:
     r = await gateway.client.post("/v1/completions",
                                   json={"model": MODEL, "prompt": "x", "n": 50})
     assert_envelope(r, 400, param="n")
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_streaming_validation_error_is_a_real_4xx(gateway: FakeGateway) -> None:
     r = await gateway.client.post("/v1/chat/completions", json={
         "model": MODEL, "messages": OK_MESSAGES, "stream": True, "temperature": 5})
@@ -109,11 +133,13 @@ async def test_streaming_validation_error_is_a_real_4xx(gateway: FakeGateway) ->
     assert_envelope(r, 400, param="x-spec-mode")
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_unknown_route_and_method(gateway: FakeGateway) -> None:
     assert_envelope(await gateway.client.get("/v1/nothing"), 404)
     assert_envelope(await gateway.client.get("/v1/chat/completions"), 405)
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_completions_bad_prompts(gateway: FakeGateway) -> None:
     for prompt in (["a", "b"], [], [-1], [0x110000]):
         r = await gateway.client.post("/v1/completions", json={"model": MODEL, "prompt": prompt})
@@ -123,6 +149,7 @@ async def test_completions_bad_prompts(gateway: FakeGateway) -> None:
     assert_envelope(r, 400, contains="echo")
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_bad_requests_leave_the_gateway_working(gateway: FakeGateway) -> None:
     await gateway.client.post("/v1/chat/completions", content=b"\xff\xfe garbage")
     r = await gateway.client.post("/v1/chat/completions",
@@ -130,9 +157,11 @@ async def test_bad_requests_leave_the_gateway_working(gateway: FakeGateway) -> N
     assert r.status_code == 200
 
 
-async def test_internal_errors_are_500_without_internal_text(gateway: FakeGateway,
+@pytest.mark.asyncio(loop_scope="module")
+async def test_internal_errors_are_500_without_internal_text(own_gateway: FakeGateway,
                                                               caplog: pytest.LogCaptureFixture
                                                               ) -> None:
+    gateway = own_gateway   # its engine is broken for good
     async def broken(request):  # type: ignore[no-untyped-def]
         raise RuntimeError("secret internal detail")
         yield  # pragma: no cover

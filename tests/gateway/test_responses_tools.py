@@ -24,7 +24,12 @@ TIME: Any = {"type": "function", "name": "get_time",
              "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}
 REQUIRED_REPLY = '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'
 
-ToolCallParser("hermes", FakeTokenizer()).load()  # vLLM imported while collecting
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vllm_parser() -> None:
+    """vLLM's parsers, imported once for the module (``tests/tiers.py``: a longer limit)."""
+    ToolCallParser("hermes", FakeTokenizer()).load()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

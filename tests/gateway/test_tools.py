@@ -25,9 +25,13 @@ ASK: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
 HERMES_REPLY = ('Let me check. <tool_call>\n{"name": "get_weather", "arguments": '
                 '{"city": "Paris"}}\n</tool_call>')
 
-# vLLM takes tens of seconds to import on a busy machine: load it while collecting,
-# not inside a test's time limit.
-ToolCallParser("hermes", FakeTokenizer()).load()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vllm_parser() -> None:
+    """vLLM's parsers, imported once for the module (seconds; this module's tier has a
+    longer time limit for it, ``tests/tiers.py``)."""
+    ToolCallParser("hermes", FakeTokenizer()).load()
 
 
 def body(**fields: Any) -> dict[str, Any]:

@@ -1,26 +1,27 @@
-"""The embedded model's tool chat template, rendered by its real tokenizer (CPU, seconds)."""
+"""The embedded model's tool chat template, rendered by its real tokenizer (CPU, seconds,
+once the embedded model is prepared: the first use prepares it, as ``specgate prepare``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from engines.embedded import TOOL_CHAT_TEMPLATE
+from engines.embedded import TOOL_CHAT_TEMPLATE, prepare_embedded
 from engines.tokenizer import ChatTemplateOptions, ChatTurn, HfTokenizer, TurnToolCall
+from service.settings import Settings
 
-MODEL_DIR = Path.home() / ".cache" / "specgate" / "SmolLM2-135M-Instruct"
-pytestmark = pytest.mark.skipif(not (MODEL_DIR / "tokenizer.json").is_file(),
-                                reason=f"the embedded model is not prepared in {MODEL_DIR} "
-                                       "(specgate prepare)")
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
 
 
 @pytest.fixture(scope="module")
-def tokenizers() -> tuple[HfTokenizer, HfTokenizer]:
+def model_dir() -> str:
+    return str(prepare_embedded(Settings().cache_dir, lambda _: None).target_dir)
+
+
+@pytest.fixture(scope="module")
+def tokenizers(model_dir: str) -> tuple[HfTokenizer, HfTokenizer]:
     template = TOOL_CHAT_TEMPLATE.read_text()
-    return HfTokenizer(str(MODEL_DIR)), HfTokenizer(str(MODEL_DIR), chat_template=template)
+    return HfTokenizer(model_dir), HfTokenizer(model_dir, chat_template=template)
 
 
 @pytest.mark.parametrize("turns", [
@@ -36,8 +37,8 @@ def test_without_tools_it_renders_as_the_models_own(
     assert tools.render_chat(turns, options) == own.render_chat(turns, options)
 
 
-def test_tools_calls_and_results_render_hermes_style() -> None:
-    tokenizer = HfTokenizer(str(MODEL_DIR), tool_chat_template=TOOL_CHAT_TEMPLATE.read_text())
+def test_tools_calls_and_results_render_hermes_style(model_dir: str) -> None:
+    tokenizer = HfTokenizer(model_dir, tool_chat_template=TOOL_CHAT_TEMPLATE.read_text())
     turns = [ChatTurn("user", "Weather in Paris?"),
              ChatTurn("assistant", "", (TurnToolCall("call_1", "get_weather",
                                                      '{"city": "Paris"}'),)),

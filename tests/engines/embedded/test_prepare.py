@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +191,6 @@ def test_real_target_is_the_expected_model(real_model: EmbeddedModel) -> None:
 @pytest.mark.real
 def test_real_second_call_does_no_work(real_model: EmbeddedModel) -> None:
     lines: list[str] = []
-    started = time.monotonic()
     again = prepare_embedded(real_model.target_dir.parent, lines.append)
     assert again == real_model
     assert len(lines) == 1 and lines[0].startswith("reusing cached target model")
-    assert time.monotonic() - started < 5
