@@ -130,8 +130,8 @@ class VllmEngine(Engine):
 
     async def _warm_up(self) -> None:
         """Short greedy requests before the engine is handed any: the first pays the
-        one-off allocations of a fresh engine (the first request on a cold CPU engine
-        ran at half speed); then one request alone and ``WARM_UP_BATCH`` at once time
+        one-off allocations of a fresh engine (a cold CPU engine's first request runs
+        slowly); then one request alone and ``WARM_UP_BATCH`` at once time
         the decode step at both ends of a batch, so that routing prices this engine
         from its own measurements from the first request on instead of the prior's,
         whose growth with the batch is a GPU's (on the CPU each verified token costs,

@@ -103,10 +103,10 @@ def with_in_flight(modes: Mapping[str, ModeLoad],
 
     An engine's stat logger reports its batch once a step has run with it, so a burst
     of requests that arrive within a step all read the batch from before the burst:
-    each was priced as if alone on an idle device (on the real CPU sweep, at four
-    concurrent requests the first three of each wave saw every engine at batch 0 and
-    went to a speculative mode, the fourth saw three and went to plain decoding). The
-    requests in flight, counted where they are sent, are never behind."""
+    each was priced as if alone on an idle device (the first requests of a wave saw
+    every engine at batch 0 and went to a speculative mode, the last saw the others
+    and went to plain decoding). The requests in flight, counted where they are sent,
+    are never behind."""
     if not in_flight:
         return modes
     out = dict(modes)

@@ -55,10 +55,10 @@ def tokens_per_step(load: ModeLoad, learned: LearnedAcceptance | None,
     costly when the guess is high (a drafter that accepts little on this class
     slows every request it holds), while exploring on the full prior is how the
     guess gets measured at all. The discount stays while evidence is thin: the
-    published priors are GSM8K figures for large models, far above what the
-    embedded CPU drafters accept (τ 1.5-1.8); blended with the full prior, one
-    request's evidence of a drafter at τ 1.45 reads 2.2 instead of 1.7, enough to
-    take it for better than plain decoding on the CPU (docs/policy.md).
+    published priors are GSM8K figures for large models, far above what small
+    drafters accept; blended with the full prior, one request's evidence of a weak
+    drafter reads high enough to take it for better than plain decoding
+    (docs/policy.md).
 
     Once the mode has evidence on any class (``pooled``: its acceptance over every
     class), that is what its drafter accepts on this hardware, and the discounted

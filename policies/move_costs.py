@@ -2,11 +2,11 @@
 
 A cost decision made before the old mode has run at its current batch rests on a
 prior, and a move would make it stick: the moved engine never runs that batch, so
-its real cost is never measured and the prior never corrected (a cold burst of 128
-math requests moved off DFlash to plain decoding stayed there, 0.87x of DFlash,
-in the simulator). Requests therefore move off a mode only once its engine has
-measured decode steps at (about) the batch it holds now; until then they finish
-where they are, and their steps are the measurement.
+its real cost is never measured and the prior never corrected (a cold burst moved
+off a drafter to plain decoding stays there, slower than where it was). Requests
+therefore move off a mode only once its engine has measured decode steps at (about)
+the batch it holds now; until then they finish where they are, and their steps are
+the measurement.
 """
 
 from __future__ import annotations

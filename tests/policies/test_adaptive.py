@@ -442,11 +442,10 @@ def test_a_full_mode_is_no_candidate_but_its_batch_still_loads_its_device() -> N
 
 
 def test_a_batch_waits_through_its_prefills_so_a_costly_prefill_loses_at_batch() -> None:
-    """Measured on the CPU build (docs/policy.md, "The device group's mix"): at batch 4
-    EAGLE-3's decode step (100-106 ms, τ 1.8) gives as many tokens per second as plain
-    decoding's (61 ms), but it prefills more slowly. Each request waits through the
-    batch's prefills: with short answers plain decoding wins there, while alone EAGLE-3
-    still does."""
+    """As on the CPU build (docs/policy.md, "The device group's mix"): at batch 4
+    EAGLE-3's decode step gives about as many tokens per second as plain decoding's,
+    but it prefills more slowly. Each request waits through the batch's prefills: with
+    short answers plain decoding wins there, while alone EAGLE-3 still does."""
     plain = ((1, 0.055, 100), (4, 0.061, 100))
     eagle = ((1, 0.080, 100), (4, 0.100, 100))
     tau = {"eagle3": learned(1.8)}

@@ -83,9 +83,8 @@ def test_a_switch_waits_until_the_lead_has_paid_for_the_drain() -> None:
 def test_a_lead_far_beyond_the_drain_switches_from_its_first_instant() -> None:
     """A burst arrives at once: the lead it gives has lasted no time, but the requests
     that give it are here and will be served for at least a request's life. Held until
-    the clock ran (the real CPU sweep on a 2-core machine: at c = 4 and 8 each wave's first
-    request, alone on an idle device, went to EAGLE-3 and the seven after it were held
-    there 22-62% behind plain decoding, auto 0.67-0.71x of it)."""
+    the clock ran, each wave's first request, alone on an idle device, would take a
+    drafter and hold the rest of the wave there behind plain decoding."""
     inputs = held_eagle3(FAR)
     assert lead(inputs) > 1.0
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))

@@ -111,10 +111,8 @@ async def test_auto_moves_to_the_mode_that_measured_best(real_gateway: RealGatew
             mode, reason = r.headers["x-spec-mode"], r.headers["x-spec-decision"]
             # The two trained drafters run within a few percent of each other on chat,
             # and a forced mode timed over these few prompts on 2 shared cores swings
-            # by about 15% (one CI run: DFlash 23.0, EAGLE-3 27.2 tokens/s; the gateway
-            # benchmark the other way, 27.6 against 24.8). 0.8 of the fastest still
-            # fails a clearly slower choice: plain decoding on chat (0.63x) or a random
-            # drafter (0.6x).
+            # more than that from run to run; 0.8 of the fastest still fails a clearly
+            # slower choice (plain decoding on chat, or a random drafter).
             mine, best = await confirmed_speed(h, real_gateway, cls, mode, speed[cls])
             assert mine >= 0.8 * best, (cls, mode, reason, speed, policy["acceptance"][cls])
             assert reason.startswith((f"cost:{mode} +", f"hold:{mode}")), reason
