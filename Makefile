@@ -46,7 +46,8 @@ test: install-test system-packages $(LOAD_VENV)/.installed $(CLIENTS_VENV)/.inst
 # only the Python packages (tests/tiers.py), on two workers; no Redis or Prometheus.
 test-unit: install-test
 	$(PY) -m pytest -m unit -n 2 --dist loadgroup -q \
-		tests/policies tests/service tests/engines tests/gateway tests/test_layers.py
+		tests/policies tests/service tests/engines tests/gateway tests/test_layers.py \
+		tests/test_doc_links.py
 
 # Everything but the real vLLM tier.
 test-fast: install-test system-packages

@@ -29,7 +29,7 @@ REAL_S = 900.0
 _TESTS = Path(__file__).parent
 _SLOW = ("sim", "deploy", "gateway/test_fuzz_openapi.py", "gateway/test_hostile_input.py",
          "gateway/test_clients_fake.py")
-_UNIT = ("policies", "service", "engines", "gateway", "test_layers.py")
+_UNIT = ("policies", "service", "engines", "gateway", "test_layers.py", "test_doc_links.py")
 # Not in the unit tier: what needs redis-server or the prepared model, and the server's
 # life-cycle tests, which wait out real timers (deadlines, keep-alives, idle
 # connections, drains).
