@@ -48,7 +48,7 @@ class LiveCounters:
         step profile, one that also prefills a sample of the prefill cost
         (``PrefillCost``).
         Not vLLM's ``elapsed_ms``, which misses the forward pass on a single-process
-        executor (docs/policy.md, "Design notes").
+        executor (docs/policy.md, "The cost of each mode").
         Nor a step with a peer of the device group busy at either end: the engines
         took turns (on a GPU, or on a shared core), so the interval holds the peer's
         steps too, and the cost model, which adds the peers' steps to every round,

@@ -272,7 +272,7 @@ class AdaptivePolicy(Policy):
                       optimistic: bool = False) -> ModeCost:
         """``load``'s cost as if its device group's whole batch (plus this request)
         ran on it, serving the mix of classes in flight there: the state traffic
-        converges to once new requests follow (docs/policy.md, "Design notes")."""
+        converges to once new requests follow (docs/policy.md, "The cost of each mode")."""
         group = groups[load.gpu_group]
         return pricing.estimate_mix(load, group.batch, group.shares, inputs.prompt_tokens,
                                     optimistic)
@@ -303,7 +303,7 @@ class AdaptivePolicy(Policy):
         one estimated cheapest within bounds (a leader that hysteresis holds back
         included: a fresh measurement is what confirms or ends its lead); only on an
         idle device group. A mode whose acceptance is replayed on every answer is
-        measured without it. Why these limits: docs/policy.md, "Design notes"."""
+        measured without it. Why these limits: docs/policy.md, "Exploration"."""
         s = self.settings
         if len(candidates) < 2:
             return None

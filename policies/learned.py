@@ -123,8 +123,8 @@ class LearnedStats:
                 speculative: bool | None = None) -> None:
         """Feed back one finished request (forced or not). Learns tokens per *decode
         step* (its tokens after the first, less the accepted ones), not per draft:
-        see docs/policy.md, "Design notes". ``speculative`` None: a mode that drafted
-        anything."""
+        see docs/policy.md, "Workload class and learned state". ``speculative`` None: a
+        mode that drafted anything."""
         self.observe_acceptance(mode, workload_class, drafts, draft_tokens, accepted,
                                 completion_tokens, now, speculative)
         half_life = self.half_life()

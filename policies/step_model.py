@@ -112,10 +112,10 @@ class Calibration:
     Applied to the prior of every mode, so that a mode without measurements is not
     compared against GPU-speed guesses on a slow machine, and so that a profile is
     extrapolated beyond its measurements at this hardware's growth. The prior is a
-    GPU's, nearly flat while reading the weights dominates; on the 2-core CPU every
-    verified token costs about eight times what it assumes, and a drafter measured
-    only alone read three times too cheap at batch 16 (docs/policy.md, "Steps the
-    profile has not measured"). Both 1.0 while unmeasured; with plain decoding
+    GPU's, nearly flat while reading the weights dominates; on a CPU every verified
+    token costs far more than it assumes, and a drafter measured only alone would read
+    far too cheap at a large batch (docs/policy.md, "Steps the profile has not
+    measured"). Both 1.0 while unmeasured; with plain decoding
     measured at one batch only, both are its ratio to the prior there."""
 
     scale: float = 1.0
