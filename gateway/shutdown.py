@@ -52,9 +52,9 @@ def http_server(app: Any, settings: Settings) -> DrainingServer:
     it, and that request would fail before the gateway ever saw it."""
     # access_log off: gateway/access_log.py writes the access line (with error codes).
     # loop "asyncio", not uvicorn's default uvloop: with uvloop, streams from the vLLM
-    # CPU engines reached clients in one burst at their end in about a third of requests
-    # (measured on 2 cores: the chunks handed to uvicorn 0.24 s in, read by the client
-    # at 4.8 s, with the rest); on the asyncio loop none did.
+    # CPU engines reached clients in one burst at their end in many requests (chunks
+    # handed to uvicorn early were read by the client only with the last ones); on the
+    # asyncio loop none did.
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             log_level=settings.log_level, access_log=False,
                             timeout_keep_alive=settings.idle_connection_timeout_s,

@@ -75,9 +75,9 @@ def test_a_profile_measures_what_a_draft_token_costs_among_steps_of_one_batch() 
 
 
 def test_the_cost_of_a_draft_token_outlasts_free_text_that_drafts_little() -> None:
-    """The slope is the hardware's. Fitted over recent steps only, a trace read n-gram's
-    at 0.4 ms per draft token on copy-heavy prompts and 0 after one cell of free text,
-    where it drafts on few steps and the step's noise swamps the little spread there is.
+    """The slope is the hardware's. Fitted over recent steps only, n-gram's would read
+    its copy-heavy slope, then 0 after a little free text, where it drafts on few steps
+    and the step's noise swamps the little spread there is.
     Free text must add what little it knows and forget nothing; the copy-heavy slope
     stands."""
     rng = random.Random(0)

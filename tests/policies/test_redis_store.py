@@ -79,8 +79,8 @@ async def test_close_ends_calls_given_up_on(redis_server: RedisServer) -> None:
 
 async def test_a_stalled_event_loop_is_not_a_store_outage(redis_server: RedisServer) -> None:
     """An overloaded gateway's event loop can stall for a moment while a reply is on
-    its way; within the call's bound that must not read as Redis being down (a CI run
-    on a loaded machine saw the store never come back after a restart that way)."""
+    its way; within the call's bound that must not read as Redis being down (read so,
+    the store could look as if it never came back after a restart)."""
     store = RedisStore(redis_server.url, timeout_s=0.25)     # each call bounded at 1 s
     try:
         await store.ping()
