@@ -128,10 +128,11 @@ train-drafters: install-test
 		--out drafters
 
 # SpecGate against vLLM's own OpenAI server with each single method, same machine, same
-# client, phased unlabelled workloads, side by side (bench/out/peer.json); about 25
-# minutes on 2 cores.
-bench-peer: install
-	$(PY) -m bench.peer
+# client, phased unlabelled workloads (mixed, light, ShareGPT conversations, keyword-free
+# office work), side by side (bench/out/peer.json); ARGS="--order sequential --rounds 2"
+# runs whole workloads back to back.
+bench-peer: install-test
+	$(PY) -m bench.peer $(ARGS)
 
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
 soak: install

@@ -20,13 +20,21 @@ other. Memory bounds a batch (``BATCHES``): auto beside the single servers that 
 the ceiling, the forced modes beside vLLM's servers of the same methods, DFlash's
 servers; plain decoding runs in each.
 
-It prints each set-up's whole-run completion tokens/s and per phase, per batch the
-per-phase ceiling (each phase at the best vLLM server's rate for it: what perfect
-routing between single-method servers would reach), and the summary line
+``--order sequential`` runs as users send traffic instead: whole workloads, their
+phases back to back, on one set-up after another (all of a batch up at once), the
+set-ups' order rotating from round to round over ``--rounds`` rounds so that the
+machine's drift cancels; a set-up then meets the transitions between phases that the
+interleaved order hides.
+
+It prints each set-up's whole-run completion tokens/s and per phase with TTFT and TPOT
+p50 / p99, per batch the per-phase ceiling (each phase at the best vLLM server's rate
+for it: what perfect routing between single-method servers would reach), and the
+summary line
 
     peer_auto_vs_best_single=… peer_auto_vs_ceiling=… peer_standard_vs_vllm=… peer_eagle3_vs_vllm=…
 
-    .venv/bin/python -m bench.peer [--workloads mixed,light] [--setups ...] [--max-tokens 128]
+    .venv/bin/python -m bench.peer [--workloads mixed,light,sharegpt,office] [--setups ...]
+        [--order interleaved|sequential] [--rounds 2] [--max-tokens 128]
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,7 +51,7 @@ from pathlib import Path
 import openai
 
 from bench.peer_servers import SETUPS, Server, start_server
-from bench.peer_workloads import PROMPTS, WORKLOADS, Phase
+from bench.peer_workloads import PROMPTS, WORKLOADS, Conversation, Phase, user
 
 OUT = Path("bench/out/peer.json")
 
@@ -54,10 +63,39 @@ class PhaseResult:
     seconds: float
     served_by: dict[str, int] = field(default_factory=dict)
     front_end_cpu_s: float = 0.0
+    # Per request: seconds to the first token, and per output token after it.
+    ttft_s: list[float] = field(default_factory=list)
+    tpot_s: list[float] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    def latency(self) -> dict[str, float]:
+        """TTFT and TPOT p50 / p99, milliseconds."""
+        return {f"{name}_{q}_ms": 1000 * percentile(values, p)
+                for name, values in (("ttft", self.ttft_s), ("tpot", self.tpot_s))
+                for q, p in (("p50", 0.5), ("p99", 0.99)) if values}
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
+
+
+def merged(results: list[PhaseResult]) -> PhaseResult:
+    """One phase's results over several rounds."""
+    out = PhaseResult(results[0].name, 0, 0.0)
+    for r in results:
+        out.tokens += r.tokens
+        out.seconds += r.seconds
+        out.front_end_cpu_s += r.front_end_cpu_s
+        out.ttft_s += r.ttft_s
+        out.tpot_s += r.tpot_s
+        for mode, n in r.served_by.items():
+            out.served_by[mode] = out.served_by.get(mode, 0) + n
+    return out
 
 
 @dataclass
@@ -85,36 +123,56 @@ class Run:
         return 1e6 * cpu / self.tokens if self.tokens else 0.0
 
 
-async def one(client: openai.AsyncOpenAI, model: str, prompt: str, max_tokens: int,
-              headers: dict[str, str]) -> tuple[int, str]:
+@dataclass(frozen=True)
+class Reply:
+    tokens: int
+    mode: str
+    ttft_s: float | None
+    total_s: float
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.tokens < 2:
+            return None
+        return (self.total_s - self.ttft_s) / (self.tokens - 1)
+
+
+async def one(client: openai.AsyncOpenAI, model: str, messages: Conversation,
+              max_tokens: int, headers: dict[str, str]) -> Reply:
+    began = time.monotonic()
     raw = await client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
+        model=model, messages=list(messages), max_tokens=max_tokens,  # type: ignore[arg-type]
         temperature=0, stream=True, stream_options={"include_usage": True},
         extra_headers=headers)
-    tokens = 0
+    tokens, first = 0, None
     async for chunk in raw.parse():
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.monotonic() - began
         if chunk.usage:
             tokens = chunk.usage.completion_tokens
-    return tokens, raw.headers.get("x-spec-mode", "")
+    return Reply(tokens, raw.headers.get("x-spec-mode", ""), first, time.monotonic() - began)
 
 
 async def run_phase(client: openai.AsyncOpenAI, model: str, phase: Phase, max_tokens: int,
                     headers: dict[str, str]) -> PhaseResult:
     queue = list(reversed(phase.prompts()))
-    served: dict[str, int] = {}
-    tokens = 0
+    result = PhaseResult(phase.name, 0, 0.0)
 
     async def worker() -> None:
-        nonlocal tokens
         while queue:
-            got, mode = await one(client, model, queue.pop(), max_tokens, headers)
-            tokens += got
-            served[mode] = served.get(mode, 0) + 1
+            reply = await one(client, model, queue.pop(), max_tokens, headers)
+            result.tokens += reply.tokens
+            if reply.mode:
+                result.served_by[reply.mode] = result.served_by.get(reply.mode, 0) + 1
+            if reply.ttft_s is not None:
+                result.ttft_s.append(reply.ttft_s)
+            if reply.tpot_s is not None:
+                result.tpot_s.append(reply.tpot_s)
 
     began = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(phase.concurrency)))
-    return PhaseResult(phase.name, tokens, time.monotonic() - began,
-                       {m: n for m, n in served.items() if m})
+    result.seconds = time.monotonic() - began
+    return result
 
 
 def client_for(url: str) -> openai.AsyncOpenAI:
@@ -129,7 +187,7 @@ async def warm_up(url: str, max_tokens: int, modes: list[str | None]) -> None:
     model = (await client.models.list()).data[0].id
     for mode in modes:
         for prompt in (PROMPTS["chat"][0], PROMPTS["code"][0]):
-            await one(client, model, prompt, min(max_tokens, 16),
+            await one(client, model, user(prompt), min(max_tokens, 16),
                       {"x-spec-mode": mode} if mode else {})
     await client.close()
 
@@ -164,37 +222,56 @@ def batches(setups: list[str]) -> list[list[str]]:
     return out or [list(setups)]
 
 
-async def run_batch(servers: dict[str, Server], workload: str, max_tokens: int
-                    ) -> list[Run]:
-    """Every phase on every set-up in turn, the order rotating by phase."""
+def rotated(items: list[str], by: int) -> list[str]:
+    return items[by % len(items):] + items[:by % len(items)]
+
+
+def schedule(setups: list[str], phases: int, order: str, rounds: int
+             ) -> list[tuple[str, int]]:
+    """(set-up, phase index) in the order they run. Interleaved: each phase on every
+    set-up in turn, the order rotating by phase. Sequential: each set-up's whole
+    workload, phases back to back, the set-ups' order rotating by round."""
+    if order == "interleaved":
+        return [(setup, i) for _ in range(rounds) for i in range(phases)
+                for setup in rotated(setups, i)]
+    return [(setup, i) for r in range(rounds) for setup in rotated(setups, r)
+            for i in range(phases)]
+
+
+async def run_batch(servers: dict[str, Server], workload: str, max_tokens: int,
+                    order: str = "interleaved", rounds: int = 1) -> list[Run]:
+    """The workload on every set-up of the batch, as ``schedule`` orders it."""
     clients = {setup: client_for(server.url) for setup, server in servers.items()}
     models = {setup: (await c.models.list()).data[0].id for setup, c in clients.items()}
-    order = list(servers)
-    phases: dict[str, list[PhaseResult]] = {setup: [] for setup in order}
-    for i, phase in enumerate(WORKLOADS[workload]):
-        for setup in order[i % len(order):] + order[:i % len(order)]:
-            mode = forced_mode(setup)
-            headers = {"x-spec-mode": mode} if mode else {}
-            cpu = servers[setup].front_end_cpu_s()
-            result = await run_phase(clients[setup], models[setup], phase, max_tokens,
-                                     headers)
-            result.front_end_cpu_s = servers[setup].front_end_cpu_s() - cpu
-            phases[setup].append(result)
+    setups = list(servers)
+    plan = WORKLOADS[workload]
+    results: dict[str, list[list[PhaseResult]]] = {s: [[] for _ in plan] for s in setups}
+    for setup, i in schedule(setups, len(plan), order, rounds):
+        mode = forced_mode(setup)
+        headers = {"x-spec-mode": mode} if mode else {}
+        cpu = servers[setup].front_end_cpu_s()
+        result = await run_phase(clients[setup], models[setup], plan[i], max_tokens, headers)
+        result.front_end_cpu_s = servers[setup].front_end_cpu_s() - cpu
+        results[setup][i].append(result)
     for c in clients.values():
         await c.close()
-    runs = [Run(setup, workload, phases[setup]) for setup in order]
+    runs = [Run(setup, workload, [merged(r) for r in results[setup]]) for setup in setups]
     for run in runs:
         auto = run.setup == "specgate:auto"
-        print(f"{run.setup:22} {workload:6} {run.tokens_per_s:7.1f} tok/s  front end "
-              f"{run.front_end_ms_per_1k_tokens:5.0f} ms CPU/1k tokens  "
-              + "  ".join(f"{p.name} {p.tokens_per_s:.1f}"
-                          + (f" {p.served_by}" if auto and p.served_by else "")
-                          for p in run.phases), flush=True)
+        print(f"{run.setup:22} {workload:8} {run.tokens_per_s:7.1f} tok/s  front end "
+              f"{run.front_end_ms_per_1k_tokens:5.0f} ms CPU/1k tokens", flush=True)
+        for p in run.phases:
+            lat = p.latency()
+            print(f"    {p.name:14} {p.tokens_per_s:7.1f} tok/s  TTFT p50/p99 "
+                  f"{lat.get('ttft_p50_ms', 0):6.0f}/{lat.get('ttft_p99_ms', 0):6.0f} ms  "
+                  f"TPOT p50/p99 {lat.get('tpot_p50_ms', 0):5.1f}/"
+                  f"{lat.get('tpot_p99_ms', 0):5.1f} ms"
+                  + (f"  {p.served_by}" if auto and p.served_by else ""), flush=True)
     return runs
 
 
 def measure(setups: list[str], workloads: list[str], max_tokens: int,
-            log_dir: Path) -> list[list[Run]]:
+            log_dir: Path, order: str = "interleaved", rounds: int = 1) -> list[list[Run]]:
     """Per batch, its runs."""
     out = []
     for batch in batches(setups):
@@ -217,7 +294,8 @@ def measure(setups: list[str], workloads: list[str], max_tokens: int,
                 if setup != "specgate:auto":   # auto starts cold, as after `make serve`
                     asyncio.run(warm_up(server.url, max_tokens, [None]))
             out.append([run for workload in workloads
-                        for run in asyncio.run(run_batch(servers, workload, max_tokens))])
+                        for run in asyncio.run(run_batch(servers, workload, max_tokens,
+                                                         order, rounds))])
     return out
 
 
@@ -262,6 +340,9 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--setups", default=",".join(SETUPS))
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--order", choices=("interleaved", "sequential"),
+                        default="interleaved")
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     workloads = args.workloads.split(",")
@@ -271,10 +352,15 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    measured = measure(setups, workloads, args.max_tokens, args.out.parent)
+    measured = measure(setups, workloads, args.max_tokens, args.out.parent, args.order,
+                       args.rounds)
     summary = summarize(measured, workloads)
-    args.out.write_text(json.dumps({"batches": [[asdict(r) for r in runs] for runs in measured],
-                                    "summary": summary}, indent=1))
+    args.out.write_text(json.dumps({
+        "date": time.strftime("%Y-%m-%d"), "order": args.order, "rounds": args.rounds,
+        "max_tokens": args.max_tokens,
+        "batches": [[{**asdict(r), "latency": [p.latency() for p in r.phases]}
+                     for r in runs] for runs in measured],
+        "summary": summary}, indent=1))
     line = " ".join(f"{k}={v:.3f}" for k, v in summary.items() if k.startswith("peer_"))
     print(line, flush=True)
 
