@@ -120,15 +120,18 @@ class LearnedStats:
 
     def observe(self, mode: str, workload_class: str, drafts: int, draft_tokens: int,
                 accepted: int, completion_tokens: int, now: float,
-                speculative: bool | None = None) -> None:
+                speculative: bool | None = None, answer_tokens: int | None = None) -> None:
         """Feed back one finished request (forced or not). Learns tokens per *decode
         step* (its tokens after the first, less the accepted ones), not per draft:
         see docs/policy.md, "Workload class and learned state". ``speculative`` None: a
-        mode that drafted anything."""
+        mode that drafted anything. ``completion_tokens``: what ``mode`` served of it;
+        ``answer_tokens``: the whole answer, which the class's length learns (a moved
+        request's other engines served the rest); None: the same."""
         self.observe_acceptance(mode, workload_class, drafts, draft_tokens, accepted,
                                 completion_tokens, now, speculative)
         half_life = self.half_life()
-        out = OutputLengthSums(completion_tokens, 1.0, now)
+        length = completion_tokens if answer_tokens is None else answer_tokens
+        out = OutputLengthSums(length, 1.0, now)
         current_out = self.pending.output_length.get(workload_class)
         self.pending.output_length[workload_class] = out if current_out is None else \
             current_out.plus(out, now, half_life)

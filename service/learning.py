@@ -36,10 +36,11 @@ class Learner:
             drafts=spec.num_drafts if spec else 0,
             draft_tokens=spec.num_draft_tokens if spec else 0,
             accepted=spec.num_accepted_tokens if spec else 0,
-            # A moved request: what this mode's engine served (its acceptance counts).
+            # A moved request: what this mode's engine served (its acceptance counts);
+            # the class's answer length is the whole answer's.
             completion_tokens=finished.completion_tokens - done.moved_tokens, now=self.clock(),
             speculative=self.mode_info.get(routing.decision.mode, NO_INFO).method
-            is not None or spec is not None)
+            is not None or spec is not None, answer_tokens=finished.completion_tokens)
         self._replay_lookup(done)
 
     def _replay_lookup(self, done: Completed) -> None:

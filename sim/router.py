@@ -167,7 +167,7 @@ class PolicyRouter(Router):
                            draft_tokens=request.draft_tokens - draft_tokens,
                            accepted=request.accepted - accepted,
                            completion_tokens=request.generated - request.moved_tokens,
-                           now=now)
+                           now=now, answer_tokens=request.generated)
         # ``Learner`` (``service/learning.py``): prompt lookup measured on every answer.
         for name, engine in self._engines.items():
             if engine.mode.method == "ngram" and name != request.mode and not request.moves:

@@ -142,6 +142,21 @@ async def test_the_learned_acceptance_counts_only_what_the_new_mode_served() -> 
     assert mode == "eagle3" and 5 <= moved < 20
 
 
+async def test_a_moved_request_teaches_its_class_the_whole_answers_length() -> None:
+    """What the policy expects a class to write decides whether speculation pays: a
+    moved request's answer is every token it was sent, not its last engine's part."""
+    dispatcher, policy, _, _ = await setup()
+    stream = await open_auto(dispatcher, "a")
+    await read_some(stream, 5)
+    policy.mode = "eagle3"
+    await read(await open_auto(dispatcher, "b", max_tokens=2))
+    await read(stream)
+    assert stream.moves == 1
+    state = dispatcher.state
+    # "b" wrote 2 tokens and "a" 20: a mean of 11, not of 2 and what eagle3 served of "a".
+    assert state.expected_output("chat", dispatcher.clock()) == pytest.approx(11.0, rel=0.01)
+
+
 async def test_the_mode_a_request_moved_off_learns_what_it_served_of_it() -> None:
     """vLLM reports a request's draft counts only when it finishes; a moved request
     does not finish on the mode it left, whose acceptance must still grow from it (or
