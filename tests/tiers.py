@@ -37,10 +37,13 @@ _NOT_UNIT = (*_SLOW, "engines/embedded", "gateway/test_shared_redis.py",
              "policies/test_redis_store.py", "gateway/test_timeouts.py",
              "gateway/test_keepalive.py", "gateway/test_http_server.py",
              "gateway/test_shutdown.py", "gateway/test_shutdown_store_outage.py")
-# Modules that import vLLM (seconds, tens on a busy machine): one worker of the unit
-# tier's two runs them all (``--dist loadgroup``), and the import gets the slow limit.
-_VLLM = ("gateway/test_vllm_fields.py", "gateway/test_tools.py",
-         "gateway/test_responses_tools.py", "engines/test_prompt_lookup.py")
+# Modules that import vLLM's tool parsers and request models (seconds, tens on a busy
+# machine): one worker of the unit tier's two runs them all (``--dist loadgroup``), so
+# that only one pays the import; they, and the module that imports vLLM's n-gram
+# proposer, get the slow limit.
+_VLLM_GROUP = ("gateway/test_vllm_fields.py", "gateway/test_tools.py",
+               "gateway/test_responses_tools.py", "gateway/test_responses.py")
+_VLLM = (*_VLLM_GROUP, "engines/test_prompt_lookup.py")
 # Fixtures that start a server process of their own (redis-server).
 _PROCESS_FIXTURES = frozenset({"redis_server"})
 
@@ -68,7 +71,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real)  # the real tier is its folder
         elif is_unit(item):
             item.add_marker(pytest.mark.unit)
-        if any(Path(str(item.path)).is_relative_to(_TESTS / v) for v in _VLLM):
+        if any(Path(str(item.path)).is_relative_to(_TESTS / v) for v in _VLLM_GROUP):
             item.add_marker(pytest.mark.xdist_group("vllm"))
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(tier_timeout(item), method="signal"))

@@ -9,6 +9,7 @@ from typing import Any
 
 import openai
 import pytest
+import pytest_asyncio
 
 from engines.tool_calls import ToolCallParser
 from tests.conftest import MODEL, FakeGateway, fake_engines, serve
@@ -32,6 +33,13 @@ def vllm_parser() -> None:
     """vLLM's parsers, imported once for the module (seconds; this module's tier has a
     longer time limit for it, ``tests/tiers.py``)."""
     ToolCallParser("hermes", FakeTokenizer()).load()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refusing() -> AsyncIterator[FakeGateway]:
+    """One gateway for every bad request of the module: none reaches an engine."""
+    async for g in serve(fake_engines()):
+        yield g
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -75,9 +83,10 @@ async def post(gateway: FakeGateway, mode: str = "standard", **fields: Any) -> A
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]}]},
      "messages.0.tool_calls.0.function.arguments"),
 ])
-async def test_bad_tools_are_400_naming_the_field(gateway: FakeGateway, fields: dict[str, Any],
-                                                  param: str) -> None:
-    r = await gateway.client.post(CHAT, json={k: v for k, v in body(**fields).items()
+@pytest.mark.asyncio(loop_scope="module")
+async def test_bad_tools_are_400_naming_the_field(refusing: FakeGateway,
+                                                  fields: dict[str, Any], param: str) -> None:
+    r = await refusing.client.post(CHAT, json={k: v for k, v in body(**fields).items()
                                               if v is not None})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.json()

@@ -9,17 +9,19 @@ refuses must be a 400 that says why (and must pass when it asks for nothing).
 from __future__ import annotations
 
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from pydantic import BaseModel
 
 from gateway.chat.protocol import ChatCompletionRequest
 from gateway.completions.protocol import CompletionRequest
 from gateway.fields import FIELDS, STREAM_OPTIONS, UNSUPPORTED, Endpoint, Handling, markdown_table
 from gateway.protocol import StreamOptions
-from tests.conftest import MODEL, FakeGateway
+from tests.conftest import MODEL, FakeGateway, fake_engines, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -49,6 +51,14 @@ def _vllm_models() -> dict[str, type[BaseModel]]:
 @pytest.fixture(scope="module")
 def vllm() -> dict[str, type[BaseModel]]:
     return _vllm_models()
+
+
+# One gateway takes every field of the module: a refused or accepted field must leave
+# it serving the next.
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gateway() -> AsyncIterator[FakeGateway]:
+    async for g in serve(fake_engines()):
+        yield g
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
@@ -106,6 +116,7 @@ PROMPT_FIELDS = {"model", "messages", "prompt", "stream_options", "logprobs"}
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
+@pytest.mark.asyncio(loop_scope="module")
 async def test_every_accepted_field_is_accepted(gateway: FakeGateway, endpoint: Endpoint) -> None:
     accepted = [f for f, rule in FIELDS.items() if endpoint in rule.endpoints
                 and rule.handling is not Handling.REFUSED and f not in PROMPT_FIELDS]
@@ -131,6 +142,7 @@ def _refused(endpoint: Endpoint) -> list[str]:
 
 @pytest.mark.parametrize("endpoint, name",
                          [(e, f) for e in ("chat", "completions") for f in _refused(e)])
+@pytest.mark.asyncio(loop_scope="module")
 async def test_refused_fields_say_why(gateway: FakeGateway, endpoint: Endpoint,
                                       name: str) -> None:
     rule = FIELDS[name]
