@@ -43,7 +43,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ import openai
 
 from bench.peer_servers import SETUPS, Server, start_server
 from bench.peer_workloads import PROMPTS, WORKLOADS, Conversation, Phase, user
+from sim.scenarios import percentile
 
 OUT = Path("bench/out/peer.json")
 
@@ -76,12 +76,6 @@ class PhaseResult:
         return {f"{name}_{q}_ms": 1000 * percentile(values, p)
                 for name, values in (("ttft", self.ttft_s), ("tpot", self.tpot_s))
                 for q, p in (("p50", 0.5), ("p99", 0.99)) if values}
-
-
-def percentile(values: list[float], p: float) -> float:
-    """The nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
 
 
 def merged(results: list[PhaseResult]) -> PhaseResult:

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from bench.peer import PhaseResult, Run, batches, merged, percentile, schedule, summarize
+from bench.peer import PhaseResult, Run, batches, merged, schedule, summarize
 from bench.peer_servers import SETUPS
 from bench.peer_workloads import WORKLOADS
 from bench.sharegpt import conversations, records
+from sim.scenarios import percentile
 
 
 def test_every_setup_runs_once_and_each_comparison_shares_a_batch() -> None:
