@@ -10,7 +10,7 @@ LOAD_VENV ?= .venv-load
 CLIENTS_VENV ?= .venv-clients
 
 .PHONY: install install-test system-packages serve prepare test test-unit test-fast lint bench \
-	bench-peer soak loadtest clean train-drafters
+	bench-peer soak chaos loadtest clean train-drafters
 
 # What serving needs: SpecGate and its engine backend.
 install: $(STAMP)
@@ -137,6 +137,10 @@ bench-peer: install-test
 # The soak run: 10 minutes of mixed traffic on real engines (bench/out/soak.md).
 soak: install
 	$(PY) -m bench.soak
+
+# The soak with an engine's core process killed every minute (bench/out/chaos.md).
+chaos: install
+	$(PY) -m bench.soak --chaos-every 60 --out bench/out/chaos.md $(ARGS)
 
 # guidellm and aiperf against a running gateway (`make serve` first), each with its
 # default request shapes; LOAD_* variables in scripts/loadtest.sh. Their own venv:

@@ -15,7 +15,15 @@ envelope with a status, or an error event in the stream); anything else
 different text or usage) counts as lost. The gateway's memory (its own
 process, and with its engine processes) is sampled throughout.
 
+With ``--chaos-every S`` (``make chaos``) it also kills a random engine's core
+process (SIGKILL) every ``S`` seconds: requests in flight on it fail over to other
+engines (``service/failover.py``), and the report counts kills, failovers and
+restarts. What fails then by design (docs/api.md, "When an engine dies") is told
+apart from what was lost: a forced mode that is down is a 503, and a stream that
+cannot resume ends with an error event once it has sent output.
+
     .venv/bin/python -m bench.soak [--duration 600] [--clients 24] [--url URL]
+        [--chaos-every 60]
 
 Prints a markdown report (also written to ``--out``) and a last summary line.
 """
@@ -24,8 +32,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import random
+import re
+import signal
 import statistics
 import time
 from collections import Counter
@@ -33,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import psutil
 
@@ -61,6 +74,9 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
                                            "age": {"type": "integer"}},
           "required": ["name", "age"], "additionalProperties": False}
 EXTRA_SHARE = 0.3
+# Request kinds that cannot resume at a seam (a seed, penalties, an output constraint):
+# after a failover they start again, which a stream that sent output cannot.
+RESTARTED = frozenset({"sampled", "json", "tools"})
 # What the gateway process may grow by over a run: buffers and caches settle in
 # the first minutes; steady growth beyond this would be a leak per request.
 RSS_GROWTH_BOUND_MIB = 64
@@ -90,6 +106,10 @@ class Tally:
     diverged_by_mode: Counter[str] = field(default_factory=Counter)
     diverged_examples: list[str] = field(default_factory=list)
     extra: Counter[str] = field(default_factory=Counter)   # checked-shape requests served
+    # Errors the design gives (a forced mode down, a stream that cannot resume), by why;
+    # any other error counts in ``outcomes["failed"]``.
+    by_design: Counter[str] = field(default_factory=Counter)
+    failed_examples: list[str] = field(default_factory=list)
 
     def diverged(self, mode: str, why: str) -> None:
         self.outcomes["diverged"] += 1
@@ -101,6 +121,53 @@ class Tally:
         self.outcomes["lost"] += 1
         if len(self.examples) < 10:
             self.examples.append(why)
+
+
+def judge_error(tally: Tally, status: int | None, code: str, what: str, *, mode: str,
+                stream: bool, resumable: bool, chaos: bool) -> None:
+    """An error answer. Without chaos every clear error is just that; with it, the
+    errors its design gives are told apart from requests that failed."""
+    tally.errors[f"{status or 'stream'} {code}"] += 1
+    if not chaos:
+        tally.outcomes["clear_error"] += 1
+        return
+    if status == 503 and mode != "auto":
+        tally.by_design["forced mode down (503)"] += 1
+    elif status is None and stream and not resumable:
+        tally.by_design["stream that cannot resume, after output (error event)"] += 1
+    else:
+        tally.outcomes["failed"] += 1
+        if len(tally.failed_examples) < 10:
+            tally.failed_examples.append(f"{what}: {status or 'stream'} {code}")
+        return
+    tally.outcomes["by_design"] += 1
+
+
+def engine_cores(gateway_pid: int) -> list[int]:
+    """The gateway's engine-core child processes."""
+    return [p.pid for p in psutil.Process(gateway_pid).children(recursive=True)
+            if "EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline())]
+
+
+async def kill_engines(pid: int, every_s: float, kills: list[float], began: float) -> None:
+    """SIGKILL a random engine core every ``every_s``."""
+    rng = random.Random(0)
+    while True:
+        await asyncio.sleep(every_s)
+        cores = engine_cores(pid)
+        if cores:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(cores), signal.SIGKILL)
+                kills.append(time.monotonic() - began)
+
+
+def counter_totals(metrics: str, name: str) -> dict[str, float]:
+    """``name``'s samples from a /metrics text, by label set."""
+    out = {}
+    for m in re.finditer(rf"^{name}\{{(.*)\}} (\S+)$", metrics, re.MULTILINE):
+        if float(m.group(2)):
+            out[m.group(1)] = float(m.group(2))
+    return out
 
 
 def cases() -> list[Case]:
@@ -148,7 +215,8 @@ async def references(client: openai.AsyncOpenAI, model: str) -> dict[Case, Expec
 
 
 async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
-                      expected: dict[Case, Expected], deadline: float, tally: Tally) -> None:
+                      expected: dict[Case, Expected], deadline: float, tally: Tally,
+                      chaos: bool = False) -> None:
     rng = random.Random(i)
     all_cases = list(expected)
     while time.monotonic() < deadline:
@@ -168,8 +236,9 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
         except openai.APIStatusError as e:
             body = e.body if isinstance(e.body, dict) else {}
             if "message" in body or "error" in body:
-                tally.outcomes["clear_error"] += 1
-                tally.errors[f"{e.status_code} {body.get('code') or body.get('type')}"] += 1
+                judge_error(tally, e.status_code, str(body.get("code") or body.get("type")),
+                            f"{extra or case.endpoint} on {mode} stream={stream}", mode=mode,
+                            stream=stream, resumable=extra not in RESTARTED, chaos=chaos)
             else:
                 tally.lost(f"{e.status_code} without an error envelope: {e}")
             continue
@@ -177,8 +246,9 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
             if isinstance(e, openai.APIConnectionError):
                 tally.lost(f"{mode} {case.endpoint}: {type(e).__name__}: {e}")
             else:
-                tally.outcomes["clear_error"] += 1
-                tally.errors[f"stream {e.code or type(e).__name__}"] += 1
+                judge_error(tally, None, str(e.code or type(e).__name__),
+                            f"{extra or case.endpoint} on {mode} stream={stream}", mode=mode,
+                            stream=stream, resumable=extra not in RESTARTED, chaos=chaos)
             continue
         except Exception as e:
             tally.lost(f"{mode} {case.endpoint} stream={stream}: {type(e).__name__}: {e}")
@@ -280,7 +350,8 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return own / 2**20, total / 2**20
 
 
-async def soak(url: str, pid: int | None, duration: float, clients: int) -> str:
+async def soak(url: str, pid: int | None, duration: float, clients: int,
+               chaos_every: float = 0.0) -> str:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
                                 timeout=600)
     model = (await client.models.list()).data[0].id
@@ -299,15 +370,47 @@ async def soak(url: str, pid: int | None, duration: float, clients: int) -> str:
             await asyncio.sleep(10)
 
     sampler = asyncio.create_task(sample_memory())
+    kills: list[float] = []
+    chaos = chaos_every > 0 and pid is not None
+    killer = asyncio.create_task(kill_engines(pid, chaos_every, kills, began)) \
+        if chaos and pid is not None else None
     deadline = began + duration
-    await asyncio.gather(*(client_loop(i, client, model, expected, deadline, tally)
+    await asyncio.gather(*(client_loop(i, client, model, expected, deadline, tally, chaos)
                            for i in range(clients)))
     elapsed = time.monotonic() - began
     sampler.cancel()
+    if killer is not None:
+        killer.cancel()
     if pid is not None:
         samples.append((elapsed, *rss_mib(pid)))
     await client.close()
-    return report(tally, samples, elapsed, clients, duration)
+    text = report(tally, samples, elapsed, clients, duration)
+    if chaos:
+        async with httpx.AsyncClient(timeout=30) as h:
+            metrics = (await h.get(url + "/metrics")).text
+        text = chaos_report(tally, kills, metrics, chaos_every) + "\n\n" + text
+    return text
+
+
+def chaos_report(tally: Tally, kills: list[float], metrics: str, every_s: float) -> str:
+    failovers = counter_totals(metrics, "specgate_failovers_total")
+    restarts = counter_totals(metrics, "specgate_engine_restarts_total")
+    lines = [f"## Chaos: an engine's core process killed (SIGKILL) every {every_s:.0f} s", "",
+             f"- kills: {len(kills)} (at " + ", ".join(f"{t:.0f}" for t in kills) + " s)",
+             f"- requests failed over (specgate_failovers_total): "
+             f"{sum(failovers.values()):.0f} ("
+             + (", ".join(f"{k} {v:.0f}" for k, v in sorted(failovers.items())) or "none")
+             + ")",
+             "- engine restarts (specgate_engine_restarts_total): "
+             + (", ".join(f"{k} {v:.0f}" for k, v in sorted(restarts.items())) or "none"),
+             f"- errors by design: {tally.outcomes['by_design']} ("
+             + (", ".join(f"{k} {v}" for k, v in tally.by_design.most_common()) or "none")
+             + ")",
+             f"- **failed otherwise: {tally.outcomes['failed']}**"]
+    lines += [f"  - {e}" for e in tally.failed_examples]
+    lines += ["", f"chaos_kills={len(kills)} failovers={sum(failovers.values()):.0f} "
+                  f"failed={tally.outcomes['failed']} by_design={tally.outcomes['by_design']}"]
+    return "\n".join(lines)
 
 
 def report(tally: Tally, samples: list[tuple[float, float, float]], elapsed: float,
@@ -362,6 +465,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--clients", type=int, default=24)
     parser.add_argument("--url", help="a running gateway (else one is started here)")
+    parser.add_argument("--chaos-every", type=float, default=0.0,
+                        help="kill a random engine's core process this often, in seconds "
+                        "(a gateway started here only; 0: never)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/soak.md"))
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -370,7 +476,8 @@ def main() -> None:
     else:
         with GatewayProcess(args.out.with_suffix(".gateway.log"),
                             {"SPECGATE_MAX_MODEL_LEN": "1024"}) as gateway:
-            text = asyncio.run(soak(gateway.url, gateway.pid, args.duration, args.clients))
+            text = asyncio.run(soak(gateway.url, gateway.pid, args.duration, args.clients,
+                                    args.chaos_every))
     args.out.write_text(text + "\n")
     print(text)
 

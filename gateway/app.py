@@ -43,6 +43,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
     runtime.completion_observers.append(metrics.on_completed)
     runtime.decision_observers.append(metrics.on_decision)
     runtime.move_observers.append(metrics.on_move)
+    runtime.failover_observers.append(metrics.on_failover)
     runtime.restart_observers.append(metrics.on_engine_restart)
 
     @contextlib.asynccontextmanager

@@ -114,4 +114,6 @@ def response_headers(call: Call) -> dict[str, str]:
                "x-request-id": call.id}
     if call.stream.moves:
         headers["x-spec-moves"] = str(call.stream.moves)
+    if call.stream.failovers:
+        headers["x-spec-failovers"] = str(call.stream.failovers)
     return headers

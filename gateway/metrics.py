@@ -129,6 +129,9 @@ class GatewayMetrics:
         self.moves = Counter("specgate_moves", "requests in flight continued on the mode "
                              "auto moved their device group to", ["source", "target"],
                              registry=r)
+        self.failovers = Counter("specgate_failovers", "requests in flight continued on "
+                                 "another mode after their engine died", ["source", "target"],
+                                 registry=r)
         self.ttft = Histogram("specgate_time_to_first_token_seconds",
                               "decision to first generated token", ["mode"],
                               buckets=LATENCY_BUCKETS, registry=r)
@@ -148,6 +151,8 @@ class GatewayMetrics:
                                        "engine that died, by outcome (ok, failed)",
                                        ["mode", "outcome"], registry=r)
         r.register(_LiveCollector(runtime))
+        self.runtime = runtime
+        self._zeroed = False
         self.router = APIRouter()
         self.router.add_api_route("/metrics", self.scrape, methods=["GET"],
                                   include_in_schema=False)
@@ -174,6 +179,23 @@ class GatewayMetrics:
     def on_move(self, move: Move) -> None:
         self.moves.labels(move.source, move.target).inc()
 
+    def on_failover(self, move: Move) -> None:
+        self.failovers.labels(move.source, move.target).inc()
+
+    def _zero_rare_counters(self) -> None:
+        """Engine deaths are rare: their counters are at 0 from the first scrape once the
+        engines are known, so that a first death is an increase, not a new series."""
+        modes = list(self.runtime.engines)
+        if self._zeroed or not modes:
+            return
+        for mode in modes:
+            for outcome in ("ok", "failed"):
+                self.engine_restarts.labels(mode, outcome)
+            for target in modes:
+                if target != mode:
+                    self.failovers.labels(mode, target)
+        self._zeroed = True
+
     def on_error(self, type_: str, code: str | None) -> None:
         self.errors.labels(type_, code or "").inc()
 
@@ -181,6 +203,7 @@ class GatewayMetrics:
         self.engine_restarts.labels(mode, "ok" if ok else "failed").inc()
 
     async def scrape(self) -> Response:
+        self._zero_rare_counters()
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -59,10 +59,14 @@ async def sse_body(serving: Serving, endpoint: OpenAIEndpoint[Any], call: Call,
 
 def final_mode(call: Call) -> dict[str, Any]:
     """What a stream's last chunks carry besides the SDK's fields (which the ``openai``
-    SDK keeps as extra attributes): the mode that served the end of the response, and
-    how often it moved (``service/moves.py``). The ``x-spec-mode`` header, sent before
-    the first chunk, names the mode it started on."""
-    return {"spec_mode": call.stream.mode, "spec_moves": call.stream.moves}
+    SDK keeps as extra attributes): the mode that served the end of the response, how
+    often it moved (``service/moves.py``) and, when some were, how many of those moves
+    were failovers from an engine that died (``service/failover.py``). The
+    ``x-spec-mode`` header, sent before the first chunk, names the mode it started on."""
+    extra: dict[str, Any] = {"spec_mode": call.stream.mode, "spec_moves": call.stream.moves}
+    if call.stream.failovers:
+        extra["spec_failovers"] = call.stream.failovers
+    return extra
 
 
 def frame(payload: BaseModel | dict[str, Any], extra: dict[str, Any] | None = None) -> str:

@@ -185,6 +185,7 @@ class DecisionKind(StrEnum):
     HOLD = "hold"           # hysteresis kept the incumbent although another is cheaper
     EXPLORE = "explore"     # a bounded exploration draw
     MOVE = "move"           # an auto request continued on the mode its device group moved to
+    FAILOVER = "failover"   # a request continued on this mode after its engine died
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +209,8 @@ class Decision:
     @property
     def reason(self) -> str:
         """The ``x-spec-decision`` header: ``override``, ``rule:batch>32``,
-        ``cost:ngram +27%``, ``hold:eagle3 -5%``, ``explore:dflash``, ``move:eagle3``;
+        ``cost:ngram +27%``, ``hold:eagle3 -5%``, ``explore:dflash``, ``move:eagle3``,
+        ``failover:standard``;
         `` needs:min_p`` after it when that field ruled some modes out."""
         reason = self._reason()
         return f"{reason} needs:{self.narrowed}" if self.narrowed else reason
@@ -219,10 +221,8 @@ class Decision:
             return kind.value
         if kind is DecisionKind.RULE:
             return f"rule:{self.rule}"
-        if kind is DecisionKind.EXPLORE:
-            return f"explore:{self.mode}"
-        if kind is DecisionKind.MOVE:
-            return f"move:{self.mode}"
+        if kind in (DecisionKind.EXPLORE, DecisionKind.MOVE, DecisionKind.FAILOVER):
+            return f"{kind.value}:{self.mode}"
         sign = "+" if kind is DecisionKind.COST else "-"
         return f"{kind.value}:{self.mode} {sign}{self.margin or 0.0:.0%}"
 

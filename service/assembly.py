@@ -64,7 +64,8 @@ def build_runtime(settings: Settings, *, components: Components | None = None,
                    final_sync_s=final_sync_s(settings),
                    move_min_remaining_tokens=settings.move_min_remaining_tokens
                    if settings.move_in_flight else None,
-                   fault_hold_s=settings.engine_fault_hold_s)
+                   fault_hold_s=settings.engine_fault_hold_s,
+                   max_failovers=settings.max_failovers)
 
 
 def final_sync_s(settings: Settings) -> float:

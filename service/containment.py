@@ -20,7 +20,7 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 # Fields nearly every sampled request sets: named last, as they tell a caller little.
-_COMMON = frozenset({"temperature", "top_p", "stop", "seed", "n"})
+COMMON_FIELDS = frozenset({"temperature", "top_p", "stop", "seed", "n"})
 
 
 class Containment:
@@ -49,7 +49,7 @@ class Containment:
                 del held[killer]
             elif killer <= needs:
                 left = until - now
-                name = min(killer, key=lambda f: (f in _COMMON, f))
+                name = min(killer, key=lambda f: (f in COMMON_FIELDS, f))
                 return (name, f"a request with {', '.join(sorted(killer))} stopped "
                         f"this engine; such requests are kept off it for {left:.0f} s more")
         return None

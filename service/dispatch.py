@@ -34,6 +34,7 @@ from service.admission import Admission, Ticket, queue_full
 from service.audit import AuditEntry
 from service.containment import Containment
 from service.errors import EngineFailed, InvalidRequest, ServiceError, Unavailable
+from service.failover import Failover
 from service.learning import Learner
 from service.mode_info import NO_INFO, ModeInfo, mode_load
 from service.moves import Mover, Moves
@@ -61,7 +62,8 @@ class Dispatcher:
                  decision_observers: list[Callable[[Routing], None]] | None = None,
                  admission: Admission | None = None, mover: Mover | None = None,
                  move_observers: list[Callable[[Move], None]] | None = None,
-                 containment: Containment | None = None) -> None:
+                 containment: Containment | None = None, max_failovers: int = 2,
+                 failover_observers: list[Callable[[Move], None]] | None = None) -> None:
         self.engines = engines
         self.containment = containment or Containment()
         self.admission = admission or Admission()
@@ -83,10 +85,16 @@ class Dispatcher:
                                     if info.exclusive),
             load=self._load, refusal=self.refusal, observers=move_observers)
         self.moving_groups = self.moves.moving_groups if self.moves else frozenset()
+        # 0: a request whose engine dies fails with it.
+        self.failover = None if max_failovers <= 0 else Failover(
+            engines, self.admission, load=self._load, refusal=self.refusal,
+            max_failovers=max_failovers, observers=failover_observers)
         self.hooks = StreamHooks(
             self._completed, self.containment.engine_died, self._pump,
             moved=self.moves.moved if self.moves else None,
-            closed=mover.forget if mover else None)
+            closed=mover.forget if mover else None,
+            failover=self.failover.target if self.failover else None,
+            failed_over=self.failover.failed_over if self.failover else None)
         self.admission.release_observers.append(self._left)
 
     def group_of(self, mode: str) -> str:
@@ -233,6 +241,11 @@ class Dispatcher:
             moves.switch(mode)
         try:
             first = await pump.next(first_wait_s)
+            # Its engine died before the first event: it starts on another one.
+            while isinstance(first, Failed) and first.engine_died and \
+                    await stream.survive(first):
+                mode = stream.mode
+                first = await stream.pump.next(first_wait_s)
         except (StopAsyncIteration, InvalidGenerationRequest, EngineUnavailable) as e:
             await stream.aclose()
             raise _open_error(e, mode) from e
@@ -241,8 +254,6 @@ class Dispatcher:
             raise
         if not isinstance(first, Idle):
             stream.first = first
-            if isinstance(first, Failed) and first.engine_died:
-                self.containment.engine_died(mode, routing.needs)
         # Movable only from here: until now its events were read from the pump directly,
         # where a move's interruption would have ended the request.
         if moves is not None and movable:

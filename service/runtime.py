@@ -68,7 +68,7 @@ class Runtime:
                  keepalive_s: float = 0.0, drain_timeout_s: float = 0.0,
                  final_sync_s: float = 2.0, engine_start_timeout_s: float = 0.0,
                  move_min_remaining_tokens: int | None = None,
-                 fault_hold_s: float = 600.0) -> None:
+                 fault_hold_s: float = 600.0, max_failovers: int = 2) -> None:
         self.model_name = model_name
         self.state = state
         self.store = store
@@ -77,6 +77,7 @@ class Runtime:
         # None: requests in flight stay where they started (service/moves.py).
         self.move_min_remaining_tokens = move_min_remaining_tokens
         self.containment = Containment(fault_hold_s)
+        self.max_failovers = max_failovers
         self._tasks: list[asyncio.Task[None]] = []
         self.created = int(time.time())
         self.policy = policy
@@ -94,6 +95,7 @@ class Runtime:
         self.completion_observers: list[CompletionObserver] = []
         self.decision_observers: list[Callable[[Routing], None]] = []
         self.move_observers: list[Callable[[Move], None]] = []
+        self.failover_observers: list[Callable[[Move], None]] = []
         # Called with (mode, restarted) after each attempt to bring back a dead engine.
         self.restart_observers: list[Callable[[str, bool], None]] = []
         self._supervisor: asyncio.Task[None] | None = None
@@ -166,7 +168,9 @@ class Runtime:
                                     decision_observers=self.decision_observers,
                                     admission=self.admission, mover=self._mover(components),
                                     move_observers=self.move_observers,
-                                    containment=self.containment)
+                                    containment=self.containment,
+                                    max_failovers=self.max_failovers,
+                                    failover_observers=self.failover_observers)
             self.state.load_provider = lambda: self.replica_load(dispatcher)
             self._serving = Serving(dispatcher, self.model_name, limits, components.tokenizer,
                                     components.tool_parser)

@@ -224,8 +224,14 @@ class Serving:
 
     async def collect(self, call: Call) -> Finished:
         """Run the call to its end; every choice's text is in ``call.choices``."""
+        stream = call.stream
+        stream.buffered = True      # its engine may die: it can start again elsewhere
+        restarts = stream.restarts
         try:
-            async for event in call.stream.events():
+            async for event in stream.events():
+                if stream.restarts != restarts:   # what the dead engine gave is dropped
+                    restarts = stream.restarts
+                    call.choices = [ChoiceState(c.index) for c in call.choices]
                 if isinstance(event, TextDelta):
                     call.choices[event.index].add(event)
                 elif isinstance(event, Failed):

@@ -220,6 +220,10 @@ class Settings(BaseSettings):
         600.0, ge=0.0, description="when an engine dies serving requests, requests with "
         "the same sampling fields are kept off it this long (routed elsewhere, or a 400 "
         "when forced); 0 = never")
+    max_failovers: int = Field(
+        2, ge=0, description="when an engine dies, each request it was serving continues on "
+        "another engine, at most this many times per request (docs/api.md, 'When an engine "
+        "dies'); 0 = such requests fail with it")
     replica_id: str | None = Field(None, description="this replica's name in the shared "
                                                      "store; absent = host-pid")
     log_level: Literal["debug", "info", "warning", "error"] = Field(

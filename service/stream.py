@@ -4,7 +4,8 @@
 starts, so that a refusal becomes a real 4xx), accounts its completion (the
 observers learn from every finished request) and can be *moved*: continued on
 another engine between two events (``service/moves.py`` says when and why).
-``Routing`` is how its mode was chosen; ``Move`` what a move did.
+If its engine dies, it continues on another one (``service/failover.py``).
+``Routing`` is how its mode was chosen; ``Move`` what a move (or a failover) did.
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ class StreamHooks:
     reopen: Reopen
     moved: Callable[[Move], None] | None = None
     closed: Callable[[OpenStream], None] | None = None
+    # Where a stream whose engine died continues, with its slot there (None: nowhere),
+    # and what is told of each failover (``service/failover.py``).
+    failover: Callable[[OpenStream], tuple[str, Ticket] | None] | None = None
+    failed_over: Callable[[Move], None] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -123,7 +128,14 @@ class OpenStream:
     # learns from finished requests.
     generated: list[int] = field(default_factory=list)
     served_by: set[str] = field(default_factory=set)
-    moves: int = 0
+    moves: int = 0                      # moves and failovers
+    failovers: int = 0
+    # The reader holds the whole answer until the end (a non-streaming response): a
+    # request that cannot resume may start again after a failover, and ``restarts``
+    # tells the reader to drop what it holds.
+    buffered: bool = False
+    restarts: int = 0
+    _emitted: bool = False              # a TextDelta has reached the reader
     _first_taken: bool = False
     _target: tuple[str, Ticket] | None = None
     _before_move: int = 0               # completion tokens sent before the last move
@@ -159,11 +171,14 @@ class OpenStream:
             while True:
                 try:
                     event = await self.pump.next(idle_s)
-                    break
                 except Interrupted as e:
                     if e.reason != "move" or self._target is None:
                         raise
                     await self._continue_on_target()
+                    continue
+                if not (isinstance(event, Failed) and event.engine_died
+                        and await self.survive(event)):
+                    break
         if isinstance(event, Finished) and self.moves:
             event = replace(event, prompt_tokens=len(self.request.prompt_token_ids),
                             completion_tokens=self._before_move + event.completion_tokens)
@@ -171,11 +186,47 @@ class OpenStream:
             self._see(event)
         return event
 
+    async def survive(self, failed: Failed) -> bool:
+        """The engine died under this request (``failed``, its last event there): continue
+        it on another engine (``service/failover.py``). False when it cannot, and
+        ``failed`` ends it."""
+        self.hooks.engine_died(self.mode, self.routing.needs)
+        if self.hooks.failover is None:
+            return False
+        resume = can_move(self.request)
+        if not resume and self._emitted and not self.buffered:
+            return False                  # its client has output no restart can take back
+        if self._target is not None:      # a move was under way: its slot is taken
+            got: tuple[str, Ticket] | None = self._target
+            self._target = None
+        else:
+            got = self.hooks.failover(self)
+        if got is None:
+            return False
+        await self.pump.aclose()
+        if not resume:
+            self.generated.clear()
+            self._before_move = 0
+            self._emitted = False
+            self.restarts += 1
+        self.failovers += 1
+        move = self._reopen(*got, DecisionKind.FAILOVER)
+        if self.hooks.failed_over is not None:
+            self.hooks.failed_over(move)
+        return True
+
     async def _continue_on_target(self) -> None:
         assert self._target is not None
         (target, ticket), self._target = self._target, None
-        source = self.mode
         await self.pump.aclose()          # ended already: its abort raised Interrupted
+        move = self._reopen(target, ticket, DecisionKind.MOVE)
+        if self.hooks.moved is not None:
+            self.hooks.moved(move)
+
+    def _reopen(self, target: str, ticket: Ticket, kind: DecisionKind) -> Move:
+        """Continue on ``target`` (``ticket``: its slot there) from the tokens generated
+        so far; the old engine request has ended."""
+        source = self.mode
         self.ticket.release()
         self.ticket = ticket
         self.moves += 1
@@ -185,11 +236,9 @@ class OpenStream:
         self.pump = self.hooks.reopen(
             target, continuation(self.request, self.generated, self.moves), ticket,
             self.deadline)
-        self.routing = replace(self.routing, decision=Decision(target, DecisionKind.MOVE,
-                                                               leader=target))
-        if self.hooks.moved is not None:
-            self.hooks.moved(Move(self.request.request_id, source, target, len(self.generated),
-                               source_tokens, self.routing.workload_class))
+        self.routing = replace(self.routing, decision=Decision(target, kind, leader=target))
+        return Move(self.request.request_id, source, target, len(self.generated),
+                    source_tokens, self.routing.workload_class)
 
     async def events(self) -> AsyncIterator[GenerationEvent]:
         """Every event up to the terminal one; closes the stream when done or left."""
@@ -209,13 +258,11 @@ class OpenStream:
     def _see(self, event: GenerationEvent) -> None:
         now = time.monotonic()
         if isinstance(event, TextDelta):
+            self._emitted = True
             if event.token_ids and self.first_token_at is None:
                 self.first_token_at = now
             if self.request.sampling.n == 1:
                 self.generated.extend(event.token_ids)
-        elif isinstance(event, Failed):
-            if event.engine_died:
-                self.hooks.engine_died(self.mode, self.routing.needs)
         elif isinstance(event, Finished):
             start = self.routing.decided_at
             first = self.first_token_at - start if self.first_token_at is not None else None

@@ -110,7 +110,8 @@ class FakeEngine(Engine):
         self.started = True
 
     def die(self) -> None:
-        """What a killed engine-core process looks like from the gateway: down, for good."""
+        """What a killed engine-core process looks like from the gateway: down for good,
+        and every request it holds fails at its next token (``Failed``, engine died)."""
         self.started = False
 
     async def shutdown(self) -> None:
@@ -145,6 +146,11 @@ class FakeEngine(Engine):
         try:
             for index in range(request.sampling.n):
                 async for delta in self._choice(request, index):
+                    if not self.started:
+                        done = True
+                        yield Failed(f"the {self.mode!r} engine failed", retryable=True,
+                                     engine_died=True)
+                        return
                     if self.fail_after_tokens is not None and completion >= self.fail_after_tokens:
                         done = True
                         yield Failed(f"the {self.mode!r} engine failed", retryable=True)
