@@ -63,6 +63,7 @@ class PhaseResult:
     seconds: float
     served_by: dict[str, int] = field(default_factory=dict)
     front_end_cpu_s: float = 0.0
+    moves: int = 0                       # requests moved between engines (SpecGate)
     # Per request: seconds to the first token, and per output token after it.
     ttft_s: list[float] = field(default_factory=list)
     tpot_s: list[float] = field(default_factory=list)
@@ -85,6 +86,7 @@ def merged(results: list[PhaseResult]) -> PhaseResult:
         out.tokens += r.tokens
         out.seconds += r.seconds
         out.front_end_cpu_s += r.front_end_cpu_s
+        out.moves += r.moves
         out.ttft_s += r.ttft_s
         out.tpot_s += r.tpot_s
         for mode, n in r.served_by.items():
@@ -244,8 +246,11 @@ async def run_batch(servers: dict[str, Server], workload: str, max_tokens: int,
         mode = forced_mode(setup)
         headers = {"x-spec-mode": mode} if mode else {}
         cpu = servers[setup].front_end_cpu_s()
+        moves = servers[setup].moves() if setup.startswith("specgate:") else 0
         result = await run_phase(clients[setup], models[setup], plan[i], max_tokens, headers)
         result.front_end_cpu_s = servers[setup].front_end_cpu_s() - cpu
+        if setup.startswith("specgate:"):
+            result.moves = servers[setup].moves() - moves
         results[setup][i].append(result)
     for c in clients.values():
         await c.close()
@@ -260,7 +265,8 @@ async def run_batch(servers: dict[str, Server], workload: str, max_tokens: int,
                   f"{lat.get('ttft_p50_ms', 0):6.0f}/{lat.get('ttft_p99_ms', 0):6.0f} ms  "
                   f"TPOT p50/p99 {lat.get('tpot_p50_ms', 0):5.1f}/"
                   f"{lat.get('tpot_p99_ms', 0):5.1f} ms"
-                  + (f"  {p.served_by}" if auto and p.served_by else ""), flush=True)
+                  + (f"  {p.served_by} moves {p.moves}" if auto and p.served_by else ""),
+                  flush=True)
     return runs
 
 

@@ -60,6 +60,16 @@ class Server:
     url: str
     pid: int      # the HTTP front end's process (the engines run in its children)
 
+    def moves(self) -> int:
+        """Requests moved between engines so far (``specgate_moves_total``; 0 for a
+        server without that metric)."""
+        try:
+            text = httpx.get(self.url + "/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return 0
+        return round(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("specgate_moves_total{")))
+
     def front_end_cpu_s(self) -> float:
         """CPU seconds the front-end process has used: what it takes from the cores
         the engine's threads are bound to."""

@@ -19,8 +19,11 @@ With ``--chaos-every S`` (``make chaos``) it also kills a random engine's core
 process (SIGKILL) every ``S`` seconds: requests in flight on it fail over to other
 engines (``service/failover.py``), and the report counts kills, failovers and
 restarts. What fails then by design (docs/api.md, "When an engine dies") is told
-apart from what was lost: a forced mode that is down is a 503, and a stream that
-cannot resume ends with an error event once it has sent output.
+apart from requests that failed: a forced mode that is down is a 503; a field the
+forced mode cannot serve, or a request kind held off the engine it was on when that
+engine died, a 400; a request only plain decoding can serve (``top_k`` on vLLM's
+CPU build) fails with plain decoding; and a stream that cannot resume ends with an
+error event once it has sent output.
 
     .venv/bin/python -m bench.soak [--duration 600] [--clients 24] [--url URL]
         [--chaos-every 60]
@@ -124,16 +127,23 @@ class Tally:
 
 
 def judge_error(tally: Tally, status: int | None, code: str, what: str, *, mode: str,
-                stream: bool, resumable: bool, chaos: bool) -> None:
+                stream: bool, kind: str | None, chaos: bool) -> None:
     """An error answer. Without chaos every clear error is just that; with it, the
     errors its design gives are told apart from requests that failed."""
     tally.errors[f"{status or 'stream'} {code}"] += 1
     if not chaos:
         tally.outcomes["clear_error"] += 1
         return
-    if status == 503 and mode != "auto":
+    if status == 400:
+        # As without chaos: a field the forced mode cannot serve, or a request kind
+        # held off an engine it was serving when that engine died.
+        tally.by_design["a field the forced mode cannot serve now (400)"] += 1
+    elif status == 503 and code == "mode_unavailable" and mode != "auto":
         tally.by_design["forced mode down (503)"] += 1
-    elif status is None and stream and not resumable:
+    elif kind == "sampled" and code == "engine_failed":
+        # top_k: on vLLM's CPU build only plain decoding serves it.
+        tally.by_design["only plain decoding can serve it, and it died"] += 1
+    elif status is None and stream and kind in RESTARTED:
         tally.by_design["stream that cannot resume, after output (error event)"] += 1
     else:
         tally.outcomes["failed"] += 1
@@ -238,7 +248,7 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
             if "message" in body or "error" in body:
                 judge_error(tally, e.status_code, str(body.get("code") or body.get("type")),
                             f"{extra or case.endpoint} on {mode} stream={stream}", mode=mode,
-                            stream=stream, resumable=extra not in RESTARTED, chaos=chaos)
+                            stream=stream, kind=extra, chaos=chaos)
             else:
                 tally.lost(f"{e.status_code} without an error envelope: {e}")
             continue
@@ -248,7 +258,7 @@ async def client_loop(i: int, client: openai.AsyncOpenAI, model: str,
             else:
                 judge_error(tally, None, str(e.code or type(e).__name__),
                             f"{extra or case.endpoint} on {mode} stream={stream}", mode=mode,
-                            stream=stream, resumable=extra not in RESTARTED, chaos=chaos)
+                            stream=stream, kind=extra, chaos=chaos)
             continue
         except Exception as e:
             tally.lost(f"{mode} {case.endpoint} stream={stream}: {type(e).__name__}: {e}")
