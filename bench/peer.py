@@ -63,10 +63,10 @@ class PhaseResult:
     seconds: float
     served_by: dict[str, int] = field(default_factory=dict)
     front_end_cpu_s: float = 0.0
-    moves: int = 0                       # requests moved between engines (SpecGate)
     # Per request: seconds to the first token, and per output token after it.
     ttft_s: list[float] = field(default_factory=list)
     tpot_s: list[float] = field(default_factory=list)
+    moves: int = 0                       # requests moved between engines (SpecGate)
 
     @property
     def tokens_per_s(self) -> float:

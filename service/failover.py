@@ -20,12 +20,14 @@ Where it continues:
   not been sent. A stream that had sent output and cannot resume ends with the
   error it got before failover existed.
 - Poison is contained. Nothing tells which request killed an engine, so a request
-  that asks more than greedy or plainly sampled text (``engines.capabilities.needs``
-  beyond ``temperature``, ``top_p``, ``stop``, ``seed`` and ``n``) continues only on
-  plain decoding, which serves every field without a drafter; any other request
-  prefers plain decoding too, and takes a speculative mode only when no plain
-  engine has room. A request fails
-  over at most ``max_failovers`` times: a request that kills every engine it
+  that asks for anything beyond ``ROUTINE_NEEDS`` (``engines.capabilities.needs``:
+  penalties, ``logprobs``, ``ignore_eos``, ``top_k``, ...) continues only on plain
+  decoding, which serves every field without a drafter. Routine needs are the
+  sampling fields nearly every request sets and an output constraint (JSON schema,
+  tools), which every mode serves on the same path, drafts masked like the target's
+  tokens: such requests, like plain ones, prefer plain decoding and take a
+  speculative mode that serves them only when no plain engine has room. A request
+  fails over at most ``max_failovers`` times: a request that kills every engine it
   reaches downs at most that many more.
 - Nothing fails over while the gateway drains for shutdown (admission is
   closed), nor to a mode that holds no room.
@@ -43,6 +45,10 @@ from service.containment import COMMON_FIELDS
 from service.stream import Move, OpenStream
 
 log = logging.getLogger(__name__)
+
+# Needs that every mode serves on its ordinary path: a request with no others may fail
+# over to a speculative engine when plain decoding cannot take it.
+ROUTINE_NEEDS = COMMON_FIELDS | {"structured_outputs"}
 
 
 class Failover:
@@ -65,7 +71,7 @@ class Failover:
         if stream.failovers >= self.max_failovers:
             return None
         needs = stream.routing.needs
-        plain_only = bool(needs - COMMON_FIELDS)
+        plain_only = bool(needs - ROUTINE_NEEDS)
         able = []
         for mode in self.engines:
             load = self.load(mode)

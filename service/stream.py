@@ -196,11 +196,10 @@ class OpenStream:
         resume = can_move(self.request)
         if not resume and self._emitted and not self.buffered:
             return False                  # its client has output no restart can take back
-        if self._target is not None:      # a move was under way: its slot is taken
-            got: tuple[str, Ticket] | None = self._target
+        if self._target is not None:      # a move was under way: failover chooses anew
+            self._target[1].release()
             self._target = None
-        else:
-            got = self.hooks.failover(self)
+        got = self.hooks.failover(self)
         if got is None:
             return False
         await self.pump.aclose()

@@ -57,10 +57,11 @@ def test_sequential_runs_whole_workloads_back_to_back_in_rotating_order() -> Non
 
 def test_rounds_merge_into_one_phase_with_its_latencies() -> None:
     one = PhaseResult("p", 100, 10.0, {"standard": 2}, 1.0, [0.1, 0.3], [0.02, 0.04])
-    two = PhaseResult("p", 300, 10.0, {"ngram": 1}, 1.0, [0.2], [0.03])
+    two = PhaseResult("p", 300, 10.0, {"ngram": 1}, 1.0, [0.2], [0.03], moves=3)
     both = merged([one, two])
     assert (both.tokens, both.seconds, both.tokens_per_s) == (400, 20.0, 20.0)
     assert both.served_by == {"standard": 2, "ngram": 1}
+    assert both.moves == 3
     assert both.latency() == pytest.approx({"ttft_p50_ms": 200.0, "ttft_p99_ms": 300.0,
                                             "tpot_p50_ms": 30.0, "tpot_p99_ms": 40.0})
     assert percentile([5.0], 0.99) == 5.0

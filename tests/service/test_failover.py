@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from engines.events import Failed, Finished, TextDelta
-from engines.request import GenerationRequest, SamplingOptions
+from engines.request import GenerationRequest, SamplingOptions, StructuredOutput
 from policies.base import DecisionKind
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
@@ -127,6 +127,37 @@ async def test_a_request_with_needs_continues_only_on_plain_decoding() -> None:
     event = await end(stream)
     assert isinstance(event, Failed) and event.engine_died and stream.mode == "ngram"
     assert len(failovers) == 1
+
+
+async def test_a_constrained_request_takes_a_speculative_mode_when_plain_is_down() -> None:
+    """JSON schema and tools are served on every mode: without plain decoding, a
+    non-streaming constrained request starts again on a speculative engine."""
+    dispatcher, _, engines, failovers = await setup()
+    engines["standard"].die()
+    stream = await start(dispatcher, "ngram", structured=StructuredOutput("json_object"))
+    stream.buffered = True
+    await read(stream, deltas=2)
+    engines["ngram"].die()
+    text, finished = await read(stream)
+    assert finished is not None and text == unmoved_text(20) and stream.restarts == 1
+    assert stream.mode in ("eagle3", "dflash")
+    assert [m.source for m in failovers] == ["ngram"]
+
+
+async def test_a_pending_move_gives_way_to_the_failover_rules() -> None:
+    """An engine dying under a request already bound for another engine: the move's
+    slot is given back and the failover rules choose (plain decoding first)."""
+    dispatcher, _, engines, failovers = await setup()
+    stream = await start(dispatcher, "ngram")
+    await read(stream, deltas=2)
+    ticket = dispatcher.admission.reserve_move("dflash", stream.routing.workload_class)
+    assert ticket is not None
+    stream._target = ("dflash", ticket)          # reserved, not yet taken
+    engines["ngram"].die()
+    _, finished = await read(stream)
+    assert finished is not None and stream.mode == "standard"
+    assert [(m.source, m.target) for m in failovers] == [("ngram", "standard")]
+    assert dispatcher.admission.in_flight("dflash") == 0
 
 
 async def test_the_kind_of_request_that_killed_an_engine_is_still_kept_off_it() -> None:
