@@ -67,6 +67,8 @@ class PhaseResult:
     ttft_s: list[float] = field(default_factory=list)
     tpot_s: list[float] = field(default_factory=list)
     moves: int = 0                       # requests moved between engines (SpecGate)
+    # SpecGate: how each answer's mode was chosen (x-spec-decision: cost, hold, explore...).
+    decided: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -91,6 +93,8 @@ def merged(results: list[PhaseResult]) -> PhaseResult:
         out.tpot_s += r.tpot_s
         for mode, n in r.served_by.items():
             out.served_by[mode] = out.served_by.get(mode, 0) + n
+        for kind, n in r.decided.items():
+            out.decided[kind] = out.decided.get(kind, 0) + n
     return out
 
 
@@ -125,6 +129,7 @@ class Reply:
     mode: str
     ttft_s: float | None
     total_s: float
+    decision: str = ""
 
     @property
     def tpot_s(self) -> float | None:
@@ -146,7 +151,8 @@ async def one(client: openai.AsyncOpenAI, model: str, messages: Conversation,
             first = time.monotonic() - began
         if chunk.usage:
             tokens = chunk.usage.completion_tokens
-    return Reply(tokens, raw.headers.get("x-spec-mode", ""), first, time.monotonic() - began)
+    return Reply(tokens, raw.headers.get("x-spec-mode", ""), first, time.monotonic() - began,
+                 raw.headers.get("x-spec-decision", "").split(":", 1)[0])
 
 
 async def run_phase(client: openai.AsyncOpenAI, model: str, phase: Phase, max_tokens: int,
@@ -160,6 +166,8 @@ async def run_phase(client: openai.AsyncOpenAI, model: str, phase: Phase, max_to
             result.tokens += reply.tokens
             if reply.mode:
                 result.served_by[reply.mode] = result.served_by.get(reply.mode, 0) + 1
+            if reply.decision:
+                result.decided[reply.decision] = result.decided.get(reply.decision, 0) + 1
             if reply.ttft_s is not None:
                 result.ttft_s.append(reply.ttft_s)
             if reply.tpot_s is not None:
@@ -265,7 +273,7 @@ async def run_batch(servers: dict[str, Server], workload: str, max_tokens: int,
                   f"{lat.get('ttft_p50_ms', 0):6.0f}/{lat.get('ttft_p99_ms', 0):6.0f} ms  "
                   f"TPOT p50/p99 {lat.get('tpot_p50_ms', 0):5.1f}/"
                   f"{lat.get('tpot_p99_ms', 0):5.1f} ms"
-                  + (f"  {p.served_by} moves {p.moves}" if auto and p.served_by else ""),
+                  + (f"  {p.served_by} moves {p.moves} {p.decided}" if auto and p.served_by else ""),
                   flush=True)
     return runs
 
