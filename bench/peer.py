@@ -273,7 +273,8 @@ async def run_batch(servers: dict[str, Server], workload: str, max_tokens: int,
                   f"{lat.get('ttft_p50_ms', 0):6.0f}/{lat.get('ttft_p99_ms', 0):6.0f} ms  "
                   f"TPOT p50/p99 {lat.get('tpot_p50_ms', 0):5.1f}/"
                   f"{lat.get('tpot_p99_ms', 0):5.1f} ms"
-                  + (f"  {p.served_by} moves {p.moves} {p.decided}" if auto and p.served_by else ""),
+                  + (f"  {p.served_by} moves {p.moves} {p.decided}"
+                     if auto and p.served_by else ""),
                   flush=True)
     return runs
 

@@ -119,13 +119,18 @@ class AdaptivePolicy(Policy):
         ``lead * T`` exceeds that drain. ``T`` runs from when ``best`` took the lead or
         from the group's first deferral of this switch, whichever is earlier.
 
-        Never in a device group whose switch moves its requests along
-        (``moving_groups``): no engine is left draining there."""
+        In a device group whose switch moves its requests along (``moving_groups``) no
+        engine is left draining, but every request moved is prefilled again on the new
+        engine, its prompt and its answer so far: the lead pays for those prefills
+        instead (``_moves_s``). A burst of long prompts whose classes lead by turns
+        would otherwise carry the whole batch from engine to engine."""
         s = self.settings
-        if s.drain_payback <= 0 or best.total_s <= 0 or \
-                inputs.modes[held.mode].gpu_group in inputs.moving_groups:
+        if s.drain_payback <= 0 or best.total_s <= 0:
             return False
-        drain = self._drain_s(inputs, inputs.modes[held.mode], groups, pricing)
+        if inputs.modes[held.mode].gpu_group in inputs.moving_groups:
+            drain = self._moves_s(inputs, inputs.modes[best.mode], pricing)
+        else:
+            drain = self._drain_s(inputs, inputs.modes[held.mode], groups, pricing)
         if drain <= 0:
             return False
         starts = [t for t in (inputs.leading_since.get(best.mode),
@@ -137,6 +142,21 @@ class AdaptivePolicy(Policy):
         led = max(led, best.total_s)
         lead = held.total_s / best.total_s - 1.0
         return lead * led < s.drain_payback * drain
+
+    def _moves_s(self, inputs: DecisionInput, best: ModeLoad, pricing: Pricing) -> float:
+        """Device time the switch to ``best`` spends moving its group's requests: one
+        prefill on ``best`` per request in flight on another engine of the group, at
+        this request's prompt length, plus its answer so far (half the expected
+        answer, at most the prompt again)."""
+        moved = sum(n for mode, flight in inputs.in_flight.items()
+                    if mode != best.mode and mode in inputs.modes
+                    and inputs.modes[mode].gpu_group == best.gpu_group
+                    for n in flight.values() if n > 0)
+        if moved <= 0:
+            return 0.0
+        prompt = max(inputs.prompt_tokens, 1)
+        so_far = min(self._expected_output(inputs) / 2.0, float(prompt))
+        return moved * pricing.prefill(best, inputs.prompt_tokens) * (1.0 + so_far / prompt)
 
     def _drain_s(self, inputs: DecisionInput, held: ModeLoad, groups: Mapping[str, _Group],
                  pricing: Pricing) -> float:

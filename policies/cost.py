@@ -210,6 +210,10 @@ class Pricing:
         delay = settings.externality_weight * waiting_requests * (after - before) * n
         return ModeCost(candidate.mode, own + delay, own, delay, tau)
 
+    def prefill(self, load: ModeLoad, prompt_tokens: int) -> float:
+        """Device seconds to prefill a request on ``load`` (``_prefill``)."""
+        return _prefill(load, prompt_tokens, self.settings, self.cal.scale, self.plain)
+
     def _group(self, name: str) -> list[ModeLoad]:
         """The engines of device group ``name`` that are up."""
         group = self._groups.get(name)

@@ -165,12 +165,25 @@ def test_a_hold_within_the_margin_defers_nothing() -> None:
                                                                  False)
 
 
-def test_a_group_whose_switch_moves_its_requests_defers_no_switch() -> None:
-    """An exclusive CPU group moves its requests to the new engine on a switch: no
-    engine is left draining, so a lead beyond the margin switches at once."""
+def test_a_group_whose_switch_moves_its_requests_waits_until_the_lead_pays_the_moves() -> None:
+    """An exclusive CPU group moves its requests to the new engine on a switch: none is
+    left draining, but each is prefilled again there, prompt and answer so far. A fresh
+    lead that those prefills outweigh waits; one that has lasted, or a switch with
+    nothing to move, goes at once."""
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
     fresh_leader = replace(held_eagle3(BEYOND), leading_since={"dflash": 99.9})
-    assert policy.decide(fresh_leader).deferred
     group = fresh_leader.modes["eagle3"].gpu_group
-    moving = policy.decide(replace(fresh_leader, moving_groups=frozenset({group})))
-    assert (moving.mode, moving.kind) == ("dflash", DecisionKind.COST)
+    moving = replace(fresh_leader, moving_groups=frozenset({group}))
+    # Prefills as a GPU's: cheap beside the lead.
+    assert (policy.decide(moving).mode, policy.decide(moving).kind) == ("dflash",
+                                                                        DecisionKind.COST)
+    # As a CPU measures them (a second each): eight moves outweigh a fresh lead.
+    cpu = {m: replace(load_, prefill_s=1.0) for m, load_ in moving.modes.items()}
+    slow = replace(moving, modes=cpu)
+    held = policy.decide(slow)
+    assert (held.mode, held.deferred) == ("eagle3", True)
+    assert policy.decide(replace(slow, leading_since={"dflash": 0.0})).mode == "dflash"
+    nothing_to_move = replace(slow, modes={**cpu, "eagle3": replace(cpu["eagle3"],
+                                                                   batch_size=0)},
+                              in_flight={})
+    assert policy.decide(nothing_to_move).mode == "dflash"
