@@ -62,7 +62,8 @@ class AdaptiveSettings(BaseModel):
         0.5, ge=0.0, le=100.0, description="a challenger beyond the margin still waits "
         "while the held engine has requests, until its lead times how long it has led "
         "exceeds this times the device time the held engine's drain would cost (it keeps "
-        "stepping beside the new mode until its last request ends); 0: no wait")
+        "stepping beside the new mode until its last request ends) or, where a switch "
+        "moves its group's requests, the prefills of the requests it moves; 0: no wait")
     batch_memory_s: float = Field(
         2.0, ge=0.0, le=600.0, description="a device group is priced at no less than its "
         "batch averaged over about this many seconds: closed-loop clients arrive in "
