@@ -29,7 +29,7 @@ from policies.base import ClassLearned, LearnedAcceptance, pooled_acceptance
 
 FEATURE_PREFIX = "auto:"
 # The kinds of the held-out prompts a drafter card reports, by feature kind.
-CARD_KIND = {"code": "code", "copy": "copy", "text": "chat"}
+CARD_KIND = {"code": "code", "doc": "copy", "turns": "chat", "text": "chat"}
 # A card's figure weighs as much as this many verification steps measured here: more
 # than the published prior (it is this model's drafter), less than a few requests'
 # evidence on this hardware and traffic.

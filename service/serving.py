@@ -27,7 +27,7 @@ from service import keepalive
 from service.dispatch import Dispatcher
 from service.errors import EngineFailed, InvalidRequest, ModelNotFound, ServiceError
 from service.pump import Idle, Interrupted
-from service.request_class import request_class
+from service.request_class import Asked, request_class
 from service.stream import OpenStream
 
 
@@ -72,6 +72,11 @@ class Endpoint(ABC, Generic[W]):
         """The request's tools (its output is read back as tool calls), or None; raises
         ``InvalidRequest`` for tools this gateway cannot serve."""
         return None
+
+    def asked(self, wire: W) -> Asked:
+        """The message answered and the assistant turns before it, for the request's
+        class (``service/request_class.py``); by default, the prompt as it is."""
+        return Asked()
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +198,7 @@ class Serving:
             cache_salt=wire.cache_salt)
         hints = replace(hints, workload_class=request_class(
             hints.workload_class, generation, self.tokenizer,
-            raw_prompt=endpoint.id_prefix == "cmpl"))
+            raw_prompt=endpoint.id_prefix == "cmpl", asked=endpoint.asked(wire)))
         stream = await self.dispatcher.route(
             hints, generation, requested_max_tokens=requested, deadline=deadline,
             first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s))

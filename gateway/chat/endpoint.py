@@ -28,6 +28,7 @@ from gateway.endpoint import OpenAIEndpoint
 from gateway.protocol import usage
 from gateway.sampling import truncate_prompt
 from service.errors import InvalidRequest
+from service.request_class import Asked
 from service.serving import Call, ChoiceState
 
 # Roles the model's template knows; OpenAI's "developer" is its "system".
@@ -51,6 +52,13 @@ def _turn(m: ChatMessage) -> ChatTurn:
     return ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text(), calls, m.tool_call_id)
 
 
+def message_text(message: ChatMessage) -> str:
+    content = message.content
+    if content is None:
+        return ""
+    return content if isinstance(content, str) else "\n".join(p.text for p in content)
+
+
 class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
@@ -69,6 +77,15 @@ class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
             tools=[t.model_dump(exclude_none=True) for t in wire.tools] if wire.tools else None)
         prompt = render_messages(wire.messages, tokenizer, options, param="messages")
         return truncate_prompt(wire, prompt, max_model_len)
+
+    def asked(self, wire: ChatCompletionRequest) -> Asked:
+        if not wire.messages:
+            return Asked("")
+        *before, last = wire.messages
+        if wire.continue_final_message and before:
+            before, last = before[:-1], before[-1]
+        return Asked(message_text(last), "\n".join(message_text(m) for m in before),
+                     sum(m.role == "assistant" for m in before))
 
     def sampling_extras(self, wire: ChatCompletionRequest) -> tuple[int | None, int | None]:
         return wire.requested_max_tokens(), wire.logprobs_k()

@@ -31,12 +31,13 @@ from engines.events import Finished
 from engines.request import SamplingOptions
 from engines.tokenizer import ChatTemplateOptions, Tokenizer
 from engines.tool_calls import ToolCallParser, ToolCallSession
-from gateway.chat.endpoint import render_messages
+from gateway.chat.endpoint import message_text, render_messages
 from gateway.chat.protocol import ChatMessage
 from gateway.chat.tools import tool_session
 from gateway.responses.items import chat_messages
 from gateway.responses.protocol import ResponsesRequest
 from gateway.responses.tools import echoed_tool_choice, function_call, template_tools
+from service.request_class import Asked
 from service.serving import Call, Endpoint
 
 Status = Literal["in_progress", "completed", "incomplete"]
@@ -66,6 +67,16 @@ class ResponsesEndpoint(Endpoint[ResponsesRequest]):
     def tool_calls(self, wire: ResponsesRequest,
                    parser: ToolCallParser | None) -> ToolCallSession | None:
         return tool_session(wire.tools_request(), parser)
+
+    def asked(self, wire: ResponsesRequest) -> Asked:
+        if isinstance(wire.input, str):
+            return Asked(wire.input)
+        messages = chat_messages(wire.input)
+        if not messages:
+            return Asked(wire.instructions or "")
+        *before, last = messages
+        return Asked(message_text(last), "\n".join(message_text(m) for m in before),
+                     sum(m.role == "assistant" for m in before))
 
     def sampling_extras(self, wire: ResponsesRequest) -> tuple[int | None, int | None]:
         return wire.max_output_tokens, None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -57,3 +59,38 @@ async def test_bad_workload_class_is_400(adaptive: FakeGateway) -> None:
     r = await adaptive.client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "metadata.workload_class"
+
+
+async def test_a_follow_up_is_learned_apart_on_chat_and_responses(
+        adaptive: FakeGateway) -> None:
+    """An unlabelled follow-up (an earlier assistant turn) is learned under its own
+    class, which the operator sees on /metrics, on both endpoints that take turns."""
+    turns = [{"role": "user", "content": "Name three fruits."},
+             {"role": "assistant", "content": "Apple, pear, plum."},
+             {"role": "user", "content": "The same, reversed."}]
+    r = await adaptive.client.post("/v1/chat/completions", headers={"x-spec-mode": "dflash"},
+                                   json={**chat(), "messages": turns})
+    assert r.status_code == 200
+    assert await learned(adaptive, "auto:turns:s")
+    assert not await learned(adaptive, "auto:text:s", wait_s=0.0)
+    r = await adaptive.client.post("/v1/responses", headers={"x-spec-mode": "dflash"},
+                                   json={"model": MODEL, "input": turns,
+                                         "max_output_tokens": 8})
+    assert r.status_code == 200
+    assert not await learned(adaptive, "auto:text:s", wait_s=0.5)
+    r = await adaptive.client.post("/v1/responses", headers={"x-spec-mode": "dflash"},
+                                   json={"model": MODEL, "input": "Name three fruits.",
+                                         "max_output_tokens": 8})
+    assert await learned(adaptive, "auto:text:s")
+
+
+async def learned(gateway: FakeGateway, cls: str, wait_s: float = 2.0) -> bool:
+    """Whether /metrics shows acceptance learned for ``cls`` (a request is learned from
+    once its stream has ended, which may be just after its response)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if f'class="{cls}"' in (await gateway.client.get("/metrics")).text:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)

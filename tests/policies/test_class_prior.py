@@ -23,17 +23,17 @@ def acc(tau: float, drafts: float) -> LearnedAcceptance:
 
 
 def test_families_are_the_feature_kinds_and_labels_have_none() -> None:
-    assert family("auto:copy:s") == "auto:copy"
+    assert family("auto:doc:s") == "auto:doc"
     assert family("auto:code:l:raw") == "auto:code"
     assert family("chat") is None
     assert family("json") is None
 
 
 def test_a_feature_class_pools_its_family_and_not_other_kinds() -> None:
-    classes = {"auto:copy:s": ClassLearned({"ngram": acc(3.5, 100)}),
-               "auto:copy:m": ClassLearned({"ngram": acc(2.5, 100)}),
+    classes = {"auto:doc:s": ClassLearned({"ngram": acc(3.5, 100)}),
+               "auto:doc:m": ClassLearned({"ngram": acc(2.5, 100)}),
                "auto:text:s": ClassLearned({"eagle3": acc(1.8, 50)})}
-    copy = borrowed(classes, "auto:copy:l", {})
+    copy = borrowed(classes, "auto:doc:l", {})
     assert copy["ngram"].mean_accepted_length == pytest.approx(3.0)
     assert not copy["ngram"].transferred
     assert copy["eagle3"].transferred          # chat's level, for copy
@@ -115,11 +115,11 @@ def test_prompt_lookup_measured_on_copy_does_not_raise_its_price_for_chat() -> N
 
     taught = fresh_state()
     for _ in range(8):
-        taught.observe("ngram", "auto:copy:m", drafts=40, draft_tokens=160, accepted=100,
+        taught.observe("ngram", "auto:doc:m", drafts=40, draft_tokens=160, accepted=100,
                        completion_tokens=141, now=NOW)
     cold = fresh_state()
     assert ngram_cost(taught, "auto:text:s") == pytest.approx(ngram_cost(cold, "auto:text:s"))
-    assert ngram_cost(taught, "auto:copy:s") < 0.7 * ngram_cost(cold, "auto:copy:s")
+    assert ngram_cost(taught, "auto:doc:s") < 0.7 * ngram_cost(cold, "auto:doc:s")
 
 
 def test_a_mode_measured_on_the_kind_or_carded_is_not_explored_as_unmeasured() -> None:
@@ -128,7 +128,7 @@ def test_a_mode_measured_on_the_kind_or_carded_is_not_explored_as_unmeasured() -
     n-gram (no card) but not EAGLE-3."""
     state = fresh_state()
     for _ in range(4):
-        state.observe("ngram", "auto:copy:s", drafts=40, draft_tokens=160, accepted=100,
+        state.observe("ngram", "auto:doc:s", drafts=40, draft_tokens=160, accepted=100,
                       completion_tokens=141, now=NOW)
     modes = local_modes(eagle3=True)
     card = {"eagle3": {"code": 2.3, "copy": 2.2, "chat": 1.9}}
@@ -143,7 +143,7 @@ def test_a_mode_measured_on_the_kind_or_carded_is_not_explored_as_unmeasured() -
                 out.add(d.mode)
         return out
 
-    assert explored("auto:copy:m") == set()
+    assert explored("auto:doc:m") == set()
     assert explored("auto:text:m") == {"ngram"}
     # A label sees no kind: every mode it has not measured is explored, as before.
     assert "eagle3" in explored("chat")
@@ -170,7 +170,7 @@ def test_prompt_lookups_card_sends_the_first_copy_request_to_it_and_not_chat() -
         return d.mode
 
     assert LookupParams(2, 4, 4).card() == {"copy": 5.0}    # 3.0 at the default discount
-    assert chosen("auto:copy:s") == "ngram"
+    assert chosen("auto:doc:s") == "ngram"
     assert chosen("auto:text:s") != "ngram"
 
 
@@ -185,7 +185,7 @@ def test_the_live_window_of_another_kind_does_not_raise_a_cold_class() -> None:
                                        mean_accepted_length=3.7)}
     state = fresh_state()
     for _ in range(8):
-        state.observe("ngram", "auto:copy:s", drafts=40, draft_tokens=160, accepted=110,
+        state.observe("ngram", "auto:doc:s", drafts=40, draft_tokens=160, accepted=110,
                       completion_tokens=150, now=NOW)
 
     def ngram_cost(loads: dict[str, ModeLoad]) -> float:
