@@ -65,13 +65,11 @@ def run_method(model_dir: Path, method: str, drafter: Path | None, k: int,
                reference: dict[int, list[int]] | None,
                dtype: str = "float32",
                eager: bool = True) -> tuple[MethodResult, dict[int, list[int]]]:
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    spec = None if drafter is None else {"method": method, "model": str(drafter),
-                                         "num_speculative_tokens": k}
-    llm = LLM(model=str(model_dir), speculative_config=spec, enforce_eager=eager, dtype=dtype,
-              max_model_len=1024, kv_cache_memory_bytes=1 << 30, seed=0,
-              per_request_spec_decode_metrics="summary" if spec else "none")
+    from bench.offline_engine import draft_counts, histogram, offline_llm
+
+    llm = offline_llm(model_dir, method, drafter, k, dtype, eager)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     result = MethodResult(method, k, histogram=[0] * (k + 1))
     outputs: dict[int, list[int]] = {}
@@ -85,10 +83,9 @@ def run_method(model_dir: Path, method: str, drafter: Path | None, k: int,
         outputs[i] = list(out.token_ids)
         if reference is not None and reference[i] != outputs[i]:
             result.mismatches += 1
-        metrics = getattr(out, "spec_decode_metrics", None)
-        if metrics is not None:
-            hist = list(metrics.histogram)
-            drafts, accepted = sum(hist), sum(j * c for j, c in enumerate(hist))
+        hist = histogram(out)
+        if hist is not None:
+            drafts, accepted = draft_counts(hist)
             result.drafts += drafts
             result.accepted += accepted
             for j, c in enumerate(hist[:k + 1]):

@@ -125,13 +125,12 @@ def measure(model_dir: Path, requests: list[Labelled], method: str | None,
             drafter: Path | None, k: int, max_tokens: int, dtype: str) -> None:
     """One engine serves every request at once (greedy); plain decoding keeps the
     answers, a drafter its per-request draft counts."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    spec = None if method is None else {"method": method, "model": str(drafter),
-                                        "num_speculative_tokens": k}
-    llm = LLM(model=str(model_dir), speculative_config=spec, enforce_eager=True, dtype=dtype,
-              max_model_len=2048, kv_cache_memory_bytes=2 << 30, seed=0,
-              per_request_spec_decode_metrics="summary" if spec else "none")
+    from bench.offline_engine import draft_counts, histogram, offline_llm
+
+    llm = offline_llm(model_dir, method, drafter, k, dtype, max_model_len=2048,
+                      kv_cache_bytes=2 << 30)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     outs = llm.generate([{"prompt_token_ids": r.prompt} for r in requests], params,
                         use_tqdm=False)
@@ -140,10 +139,9 @@ def measure(model_dir: Path, requests: list[Labelled], method: str | None,
         if method is None:
             req.answer = list(got.token_ids)
             continue
-        metrics = getattr(got, "spec_decode_metrics", None)
-        if metrics is not None:
-            hist = list(metrics.histogram)
-            req.counts[method] = (sum(hist), sum(j * c for j, c in enumerate(hist)))
+        hist = histogram(got)
+        if hist is not None:
+            req.counts[method] = draft_counts(hist)
     del llm
     gc.collect()
 

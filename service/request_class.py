@@ -29,7 +29,7 @@ near-certain), so a constrained request is learned as ``json`` (or
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engines.request import GenerationRequest
@@ -106,7 +106,9 @@ def prompt_shape(prompt: Sequence[int], tokenizer: Tokenizer,
 
 
 def request_class(requested: str | None, request: GenerationRequest, tokenizer: Tokenizer,
-                  *, raw_prompt: bool = False, asked: Asked = Asked()) -> str:
+                  *, raw_prompt: bool = False, asked: Callable[[], Asked] = Asked) -> str:
+    """``asked``: read only for an unlabelled, unconstrained request (the endpoint's
+    ``asked``)."""
     structured = request.sampling.structured
     if structured is not None:
         kind = "json" if structured.kind in ("json", "json_object") else "constrained"
@@ -114,7 +116,7 @@ def request_class(requested: str | None, request: GenerationRequest, tokenizer: 
     if requested:
         return requested
     return feature_class(request.prompt_token_ids, tokenizer, raw_prompt=raw_prompt,
-                         asked=asked)
+                         asked=asked())
 
 
 def feature_class(prompt: Sequence[int], tokenizer: Tokenizer, *,

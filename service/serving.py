@@ -198,7 +198,7 @@ class Serving:
             cache_salt=wire.cache_salt)
         hints = replace(hints, workload_class=request_class(
             hints.workload_class, generation, self.tokenizer,
-            raw_prompt=endpoint.id_prefix == "cmpl", asked=endpoint.asked(wire)))
+            raw_prompt=endpoint.id_prefix == "cmpl", asked=lambda: endpoint.asked(wire)))
         stream = await self.dispatcher.route(
             hints, generation, requested_max_tokens=requested, deadline=deadline,
             first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s))

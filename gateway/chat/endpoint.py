@@ -52,11 +52,9 @@ def _turn(m: ChatMessage) -> ChatTurn:
     return ChatTurn(_TEMPLATE_ROLE.get(m.role, m.role), m.text(), calls, m.tool_call_id)
 
 
-def message_text(message: ChatMessage) -> str:
-    content = message.content
-    if content is None:
-        return ""
-    return content if isinstance(content, str) else "\n".join(p.text for p in content)
+def asked_of(before: Sequence[ChatMessage], last: ChatMessage) -> Asked:
+    return Asked(last.text(), "\n".join(m.text() for m in before),
+                 sum(m.role == "assistant" for m in before))
 
 
 class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
@@ -79,13 +77,10 @@ class ChatEndpoint(OpenAIEndpoint[ChatCompletionRequest]):
         return truncate_prompt(wire, prompt, max_model_len)
 
     def asked(self, wire: ChatCompletionRequest) -> Asked:
-        if not wire.messages:
-            return Asked("")
-        *before, last = wire.messages
+        *before, last = wire.messages      # at least one: validated
         if wire.continue_final_message and before:
             before, last = before[:-1], before[-1]
-        return Asked(message_text(last), "\n".join(message_text(m) for m in before),
-                     sum(m.role == "assistant" for m in before))
+        return asked_of(before, last)
 
     def sampling_extras(self, wire: ChatCompletionRequest) -> tuple[int | None, int | None]:
         return wire.requested_max_tokens(), wire.logprobs_k()

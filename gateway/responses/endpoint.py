@@ -31,7 +31,7 @@ from engines.events import Finished
 from engines.request import SamplingOptions
 from engines.tokenizer import ChatTemplateOptions, Tokenizer
 from engines.tool_calls import ToolCallParser, ToolCallSession
-from gateway.chat.endpoint import message_text, render_messages
+from gateway.chat.endpoint import asked_of, render_messages
 from gateway.chat.protocol import ChatMessage
 from gateway.chat.tools import tool_session
 from gateway.responses.items import chat_messages
@@ -71,12 +71,8 @@ class ResponsesEndpoint(Endpoint[ResponsesRequest]):
     def asked(self, wire: ResponsesRequest) -> Asked:
         if isinstance(wire.input, str):
             return Asked(wire.input)
-        messages = chat_messages(wire.input)
-        if not messages:
-            return Asked(wire.instructions or "")
-        *before, last = messages
-        return Asked(message_text(last), "\n".join(message_text(m) for m in before),
-                     sum(m.role == "assistant" for m in before))
+        *before, last = chat_messages(wire.input)   # at least one item: validated
+        return asked_of(before, last)
 
     def sampling_extras(self, wire: ResponsesRequest) -> tuple[int | None, int | None]:
         return wire.max_output_tokens, None
