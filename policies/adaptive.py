@@ -4,7 +4,7 @@ with conservative priors at cold start, bounded exploration and hysteresis."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from policies.adaptive_settings import AdaptiveSettings
@@ -139,7 +139,7 @@ class AdaptivePolicy(Policy):
         # However briefly it has led, the requests that give the lead are already
         # here: it lasts at least as long as a request of the group's mix takes on
         # ``best`` (a burst of arrivals leads from its first instant).
-        led = max(led, best.total_s)
+        led = max(led, best.own_s)
         lead = held.total_s / best.total_s - 1.0
         return lead * led < s.drain_payback * drain
 
@@ -204,9 +204,17 @@ class AdaptivePolicy(Policy):
             return inputs.expected_output_tokens
         return float(self.settings.default_output_tokens)
 
-    @staticmethod
-    def _ranked(inputs: DecisionInput, costs: Iterable[ModeCost]) -> list[ModeCost]:
-        # On a tie, plain decoding: same cost, less machinery.
+    def _ranked(self, inputs: DecisionInput, costs: Iterable[ModeCost]) -> list[ModeCost]:
+        """Cheapest first, a speculative mode's cost raised by ``speculation_margin``
+        (what it is compared on everywhere after: hysteresis, holds, scores): its
+        estimate rests on a predicted acceptance and a step profile extrapolated from
+        other prompts, plain decoding's on neither, and a wrong guess costs the user
+        speed that not speculating never loses. On a tie, plain decoding: same cost,
+        less machinery."""
+        risk = 1.0 + self.settings.speculation_margin
+        if risk != 1.0:
+            costs = (c if inputs.modes[c.mode].method is None
+                     else replace(c, total_s=c.total_s * risk) for c in costs)
         return sorted(costs, key=lambda c: (c.total_s, inputs.modes[c.mode].method is not None,
                                             c.mode))
 

@@ -48,6 +48,12 @@ class AdaptiveSettings(BaseModel):
     exploration_max_cost_ratio: float = Field(
         3.0, ge=1.0, le=100.0, description="never explore a mode estimated to cost more "
                                            "than this times the best")
+    speculation_margin: float = Field(
+        0.15, ge=0.0, le=1.0, description="a speculative mode is chosen over plain decoding "
+        "only when its estimated cost is lower by more than this fraction: its estimate "
+        "rests on a predicted acceptance and a step profile taken on other prompts, plain "
+        "decoding's on neither, and a wrong guess loses speed that not speculating never "
+        "loses; 0: compared as estimated")
     hysteresis: float = Field(0.1, ge=0.0, le=1.0, description="keep the previous winner "
                               "unless another mode is cheaper by more than this fraction")
     hysteresis_floor: float = Field(

@@ -336,10 +336,11 @@ def plain_prefill(modes: Mapping[str, ModeLoad],
     """Plain decoding's device seconds to prefill a request, as measured: the plain
     engine's own figure; else, given ``settings``, what the measured speculative
     engines imply once their drafters' prefill (each prior's ``prefill_overhead``) is
-    taken off, averaged. A mode without a measurement of its own is priced from this,
-    so that every mode's prefills are priced on the same basis (the traffic served)
-    rather than one at the measured mean and another at this request's prompt length,
-    which would let a short or long prompt alone decide where the group goes."""
+    taken off, averaged. Every mode is priced from this (``_prefill``), so that all
+    prefills are priced on the same basis rather than each at the mean of the prompts
+    its engine happened to serve, or one at a measured mean and another at this
+    request's prompt length: either would let the prompts seen, not the modes, decide
+    where the group goes."""
     for load in modes.values():
         if load.method is None and load.prefill_s is not None:
             return load.prefill_s
@@ -356,14 +357,21 @@ def plain_prefill(modes: Mapping[str, ModeLoad],
 
 def _prefill(candidate: ModeLoad, prompt_tokens: int, settings: AdaptiveSettings,
              scale: float, plain: float | None = None) -> float:
-    """Device seconds to prefill a request on ``candidate``: as its engine measures
-    them (over the traffic it serves: ``engines.stats.PrefillCost``); else as the plain
-    engine measures them (``plain``), with the method's prior drafter overhead; else
-    the prior, per prompt token."""
-    if candidate.prefill_s is not None:
-        return candidate.prefill_s
+    """Device seconds to prefill a request on ``candidate``: as the plain engine
+    measures them over the traffic it serves (``plain``; ``engines.stats.PrefillCost``),
+    with the method's prior drafter overhead; else as its own engine measures them;
+    else the prior, per prompt token.
+
+    A speculative engine's own figure is a mean over the prompts it happened to serve,
+    which are not plain decoding's: an engine that has prefilled only the warm-up's
+    short prompt reads several times cheaper than one that served long conversations,
+    and at a batch that difference alone would decide where the group goes. Plain
+    decoding runs the same target model over the same prompt, so its figure is the
+    common basis (docs/policy.md, "The cost of each mode")."""
     prior = settings.prior_for(candidate.method)
     overhead = 1.0 + (prior.prefill_overhead if prior is not None else 0.0)
     if plain is not None:
         return plain * overhead
+    if candidate.prefill_s is not None:
+        return candidate.prefill_s
     return prompt_tokens * settings.prefill_per_token_s * scale * overhead

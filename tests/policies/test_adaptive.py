@@ -157,13 +157,37 @@ def test_hysteresis_holds_a_close_previous_winner() -> None:
 
 
 def test_priors_fade_as_measurements_arrive() -> None:
-    policy = AdaptivePolicy()
+    policy = AdaptivePolicy(AdaptiveSettings(speculation_margin=0.0))
     few = case(acceptance={"dflash": learned(1.0, requests=0.5), "eagle3": learned(1.0, 0.5),
                            "ngram": learned(1.0, 0.5)})
     many = case(acceptance={"dflash": learned(1.0, requests=500), "eagle3": learned(1.0, 500),
                             "ngram": learned(1.0, 500)})
     assert policy.decide(few).mode != "standard"
     assert policy.decide(many).mode == "standard"
+
+
+def test_a_speculative_mode_must_beat_plain_decoding_by_the_speculation_margin() -> None:
+    """Where speculation is estimated only a little cheaper, plain decoding serves: the
+    estimate rests on a predicted acceptance, and a wrong guess makes the user slower
+    than not speculating. Where it is clearly cheaper, it still wins; and held or not,
+    a mode inside the margin loses to plain decoding."""
+    modes = {"standard": load("standard", batch=8)}
+    seen, inside = set(), 0
+    for tau in (1.5, 2.0, 2.1, 2.2, 2.3, 2.5, 3.0):
+        acceptance = {"dflash": learned(tau), "eagle3": learned(1.0), "ngram": learned(1.0)}
+        inputs = case(modes=modes, acceptance=acceptance)
+        raw = AdaptivePolicy(AdaptiveSettings(speculation_margin=0.0, exploration_share=0.0,
+                                              hysteresis=0.0)).decide(inputs).scores
+        lead = raw["standard"] / raw["dflash"] - 1.0
+        inside += 0.0 < lead <= 0.15
+        for held in (None, "dflash"):
+            if held is not None:
+                inputs = replace(inputs, previous_mode=held, last_won={held: 1.0})
+            chosen = AdaptivePolicy(AdaptiveSettings(exploration_share=0.0, hysteresis=0.0)
+                                    ).decide(inputs).mode
+            assert chosen == ("dflash" if lead > 0.15 else "standard"), (tau, lead, held)
+            seen.add(chosen)
+    assert seen == {"dflash", "standard"} and inside >= 2
 
 
 def test_cold_start_discount_keeps_a_big_batch_off_an_unmeasured_drafter() -> None:
@@ -411,7 +435,7 @@ def test_a_busy_group_holds_its_latest_winner_an_idle_one_the_classs() -> None:
     """Once a group switched, the next requests follow it, whatever their class last
     got (holding per class would split the device between old and new winner)."""
     close = {"dflash": learned(4.0), "eagle3": learned(3.8), "ngram": learned(1.0)}
-    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2))
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2, speculation_margin=0.0))
     busy = case(modes={"eagle3": load("eagle3", batch=10), "dflash": load("dflash", batch=5)},
                 acceptance=close, previous_mode="dflash",
                 last_won={"dflash": 1.0, "eagle3": 2.0}, in_flight={"eagle3": {"x": 10}})
@@ -420,7 +444,8 @@ def test_a_busy_group_holds_its_latest_winner_an_idle_one_the_classs() -> None:
     idle = replace(busy, modes={m: load(m) for m in K}, in_flight={})
     assert policy.decide(idle).mode == "dflash"
     # Deciding per class: the class's last winner is held, busy or not.
-    per_class = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2, group_mix=False))
+    per_class = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2, group_mix=False,
+                                                 speculation_margin=0.0))
     assert per_class.decide(busy).mode == "dflash"
 
 
@@ -444,23 +469,33 @@ def test_a_full_mode_is_no_candidate_but_its_batch_still_loads_its_device() -> N
 def test_a_batch_waits_through_its_prefills_so_a_costly_prefill_loses_at_batch() -> None:
     """As on the CPU build (docs/policy.md, "The device group's mix"): at batch 4
     EAGLE-3's decode step gives about as many tokens per second as plain decoding's,
-    but it prefills more slowly. Each request waits through the batch's prefills: with
-    short answers plain decoding wins there, while alone EAGLE-3 still does."""
+    but it prefills more slowly (its drafter's prefill, ``prefill_overhead``). Each
+    request waits through the batch's prefills: with short answers plain decoding wins
+    there, while alone EAGLE-3 still does."""
     plain = ((1, 0.055, 100), (4, 0.061, 100))
     eagle = ((1, 0.080, 100), (4, 0.100, 100))
     tau = {"eagle3": learned(1.8)}
-    settings = AdaptiveSettings(enabled_modes=["standard", "eagle3"], exploration_share=0.0)
 
-    def decide(batch: int, plain_prefill: float, eagle_prefill: float) -> str:
+    def decide(batch: int, drafter_prefill: float, eagle_measured: float = 0.110) -> str:
+        priors = {**AdaptiveSettings().priors}
+        priors["eagle3"] = priors["eagle3"].model_copy(
+            update={"prefill_overhead": drafter_prefill})
+        settings = AdaptiveSettings(enabled_modes=["standard", "eagle3"],
+                                    exploration_share=0.0, speculation_margin=0.0,
+                                    priors=priors)
         modes = {"standard": replace(load("standard", batch=batch, profile=plain),
-                                     prefill_s=plain_prefill),
-                 "eagle3": replace(load("eagle3", profile=eagle), prefill_s=eagle_prefill)}
+                                     prefill_s=0.110),
+                 "eagle3": replace(load("eagle3", profile=eagle), prefill_s=eagle_measured)}
         return AdaptivePolicy(settings).decide(
             case(max_tokens=32, modes=modes, acceptance=tau)).mode
 
-    assert decide(3, 0.110, 0.110) == "eagle3"        # the same prefill: decode decides
-    assert decide(3, 0.110, 0.180) == "standard"      # a batch of 4 waits for 4 prefills
-    assert decide(0, 0.110, 0.180) == "eagle3"        # alone, one prefill is paid back
+    assert decide(3, 0.0) == "eagle3"                 # the same prefill: decode decides
+    assert decide(3, 0.65) == "standard"              # a batch of 4 waits for 4 prefills
+    assert decide(0, 0.65) == "eagle3"                # alone, one prefill is paid back
+    # An engine that has prefilled only short prompts (the warm-up's) does not read
+    # cheaper than plain decoding, which served long ones: the same target model
+    # prefills the same prompt on either.
+    assert decide(3, 0.65, eagle_measured=0.010) == "standard"
 
 
 def test_an_unmeasured_prefill_is_priced_from_the_measured_ones_not_this_prompt() -> None:

@@ -193,7 +193,7 @@ def test_a_batch_of_copy_prompts_stays_on_ngram_rather_than_a_drafter_measured_a
                            expected_output_tokens=26.0, in_flight={"ngram": {"copy": 15}},
                            classes={"copy": ClassLearned(copy, 26.0, 50.0)},
                            mode_acceptance=copy)
-    decision = AdaptivePolicy(AdaptiveSettings()).decide(inputs)
+    decision = AdaptivePolicy(AdaptiveSettings(speculation_margin=0.0)).decide(inputs)
     assert decision.mode == "ngram", decision.reason
 
 
