@@ -357,10 +357,10 @@ def plain_prefill(modes: Mapping[str, ModeLoad],
 
 def _prefill(candidate: ModeLoad, prompt_tokens: int, settings: AdaptiveSettings,
              scale: float, plain: float | None = None) -> float:
-    """Device seconds to prefill a request on ``candidate``: as the plain engine
-    measures them over the traffic it serves (``plain``; ``engines.stats.PrefillCost``),
-    with the method's prior drafter overhead; else as its own engine measures them;
-    else the prior, per prompt token.
+    """Device seconds to prefill a request on ``candidate``: plain decoding's figure
+    (``plain``: ``plain_prefill``, measured over the traffic served) with the method's
+    prior drafter overhead; else (``plain`` not given: the module's ``estimate``
+    helpers) as its own engine measures them; else the prior, per prompt token.
 
     A speculative engine's own figure is a mean over the prompts it happened to serve,
     which are not plain decoding's: an engine that has prefilled only the warm-up's
