@@ -27,12 +27,12 @@ The model, in the terms of the serving loop:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import LearnedAcceptance, ModeLoad
-from policies.step_model import Calibration, calibrate, step_time
+from policies.step_model import Calibration, calibrate, plain_bounded, step_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +157,9 @@ class Pricing:
     def __init__(self, modes: Mapping[str, ModeLoad], settings: AdaptiveSettings,
                  cal: Calibration | None = None,
                  pooled: Mapping[str, LearnedAcceptance] | None = None) -> None:
+        # Plain decoding's steps as priced (``plain_bounded``): the calibration and
+        # every estimate that prices its engine read the bounded profile.
+        modes = plain_bounded(modes)
         self.modes = modes
         self.settings = settings
         self.cal = calibrate(modes, settings) if cal is None else cal
@@ -171,6 +174,10 @@ class Pricing:
         key = (load.mode, batch, drafted)
         seconds = self._steps.get(key)
         if seconds is None:
+            priced = self.modes.get(load.mode)
+            if priced is not None and priced.step_profile is not load.step_profile \
+                    and load.method is None:
+                load = replace(load, step_profile=priced.step_profile)
             seconds = self._steps[key] = step_time(load, batch, self.settings, self.cal,
                                                    drafted)
         return seconds

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import ModeLoad
@@ -120,6 +120,47 @@ class Calibration:
 
     scale: float = 1.0
     slope: float = 1.0
+
+
+def plain_bounded(modes: Mapping[str, ModeLoad]) -> Mapping[str, ModeLoad]:
+    """``modes`` with plain decoding's measured steps held at or below what each
+    speculative engine of its device group measured at the same batch.
+
+    A speculative step runs the same target model over more tokens, and a drafter
+    besides, on the same device: it never takes less than a plain step of that batch.
+    A plain step measured above one is a measurement taken under contention (a
+    warm-up timed while something else held the CPU), and plain decoding, priced
+    from it, would never win a request and so never be timed again. Only batches
+    inside a speculative engine's measured range bound it; its own steps, measured
+    or not, are left as they are."""
+    plain = next((load for load in modes.values()
+                  if load.method is None and load.step_profile), None)
+    if plain is None:
+        return modes
+    bounds = [_points(load.step_profile) for load in modes.values()
+              if load.method is not None and load.gpu_group == plain.gpu_group
+              and load.step_profile]
+    bounded = []
+    changed = False
+    for batch, seconds, samples in plain.step_profile:
+        limit = min((bound for points in bounds
+                     if (bound := _measured_at(points, float(batch))) is not None),
+                    default=seconds)
+        changed = changed or limit < seconds
+        bounded.append((batch, min(seconds, limit), samples))
+    if not changed:
+        return modes
+    return {**modes, plain.mode: replace(plain, step_profile=tuple(bounded))}
+
+
+def _measured_at(points: tuple[tuple[float, float], ...], batch: float) -> float | None:
+    """The step interpolated between measured points at ``batch``; None outside them."""
+    if not points or not points[0][0] <= batch <= points[-1][0]:
+        return None
+    for (ba, sa), (bb, sb) in itertools.pairwise(points):
+        if ba <= batch <= bb:
+            return sa + (sb - sa) * (batch - ba) / (bb - ba) if bb > ba else min(sa, sb)
+    return points[0][1]
 
 
 def calibrate(modes: Mapping[str, ModeLoad], settings: AdaptiveSettings) -> Calibration:

@@ -18,7 +18,7 @@ from policies.base import (
     NoModeAvailable,
 )
 from policies.cost import plain_prefill
-from policies.step_model import Calibration, step_time
+from policies.step_model import Calibration, plain_bounded, step_time
 
 K = {"standard": 0, "ngram": 4, "eagle3": 3, "dflash": 4}
 METHOD = {"standard": None, "ngram": "ngram", "eagle3": "eagle3", "dflash": "dflash"}
@@ -323,6 +323,33 @@ def test_measured_profile_is_extrapolated_along_the_prior_shape() -> None:
     # Between measured points: interpolation.
     two = load("standard", profile=((1, 0.01, 5), (4, 0.02, 5)))
     assert step_time(two, 2, settings, Calibration()) == pytest.approx(0.01 + 0.01 / 3)
+
+
+def test_plain_decoding_timed_under_contention_is_priced_no_slower_than_speculation() -> None:
+    """A warm-up timed while something else held the CPU left plain decoding's step at
+    four times its real cost: priced from it, plain decoding would lose every request
+    and never be timed again. A speculative step on the same device does more work,
+    so it bounds plain decoding's; a device of its own does not."""
+    # Traffic no drafter accepts anything of: plain decoding serves it best.
+    acceptance = {"dflash": learned(1.0), "eagle3": learned(1.0), "ngram": learned(1.0)}
+    measured = {"eagle3": load("eagle3", profile=((1, 0.045, 50), (4, 0.07, 50))),
+                "dflash": load("dflash", profile=((1, 0.06, 50),)),
+                "ngram": load("ngram", profile=((1, 0.05, 50),))}
+    policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.0, hysteresis=0.0))
+    contended = load("standard", profile=((1, 0.16, 3), (2, 0.15, 3)))
+    decision = policy.decide(case(modes={**measured, "standard": contended},
+                                  acceptance=acceptance))
+    assert decision.mode == "standard", decision.scores
+    # Bounded at each batch by the cheapest speculative step measured there.
+    bounded = plain_bounded({**measured, "standard": contended})["standard"].step_profile
+    assert bounded == ((1, 0.045, 3), (2, pytest.approx(0.045 + 0.025 / 3), 3))
+    # Timed right, it is priced as timed.
+    right = load("standard", profile=((1, 0.04, 3), (2, 0.045, 3)))
+    assert plain_bounded({**measured, "standard": right})["standard"] is right
+    # On devices of their own, one engine's steps say nothing of another's.
+    apart = {m: replace(engine, gpu_group=m) for m, engine in measured.items()}
+    assert policy.decide(case(modes={**apart, "standard": contended},
+                              acceptance=acceptance)).mode == "eagle3"
 
 
 # --- the device group's mix ---------------------------------------------------------
