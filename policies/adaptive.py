@@ -205,18 +205,33 @@ class AdaptivePolicy(Policy):
         return float(self.settings.default_output_tokens)
 
     def _ranked(self, inputs: DecisionInput, costs: Iterable[ModeCost]) -> list[ModeCost]:
-        """Cheapest first, a speculative mode's cost raised by ``speculation_margin``
-        (what it is compared on everywhere after: hysteresis, holds, scores): its
-        estimate rests on a predicted acceptance and a step profile extrapolated from
-        other prompts, plain decoding's on neither, and a wrong guess costs the user
-        speed that not speculating never loses. On a tie, plain decoding: same cost,
-        less machinery."""
-        risk = 1.0 + self.settings.speculation_margin
-        if risk != 1.0:
+        """Cheapest first, a speculative mode's cost raised by its speculation margin
+        (``_speculation_margin``; what it is compared on everywhere after: hysteresis,
+        holds, scores): its estimate rests on a predicted acceptance and a step profile
+        extrapolated from other prompts, plain decoding's on neither, and a wrong guess
+        costs the user speed that not speculating never loses. On a tie, plain
+        decoding: same cost, less machinery."""
+        if self.settings.speculation_margin > 0:
             costs = (c if inputs.modes[c.mode].method is None
-                     else replace(c, total_s=c.total_s * risk) for c in costs)
+                     else replace(c, total_s=c.total_s
+                                  * (1.0 + self._speculation_margin(inputs, c.mode)))
+                     for c in costs)
         return sorted(costs, key=lambda c: (c.total_s, inputs.modes[c.mode].method is not None,
                                             c.mode))
+
+    def _speculation_margin(self, inputs: DecisionInput, mode: str) -> float:
+        """``speculation_margin`` for ``mode``, falling as the request's class measures
+        it: the margin stands for an acceptance predicted from other requests, and
+        the class's own verification steps replace the prediction. At
+        ``speculation_margin_steps`` of them it has halved; evidence measured on other
+        kinds of text (``transferred``) does not count."""
+        s = self.settings
+        known = inputs.acceptance.get(mode)
+        evidence = 0.0 if known is None or known.transferred else known.drafts
+        half = s.speculation_margin_steps
+        if half <= 0:
+            return s.speculation_margin
+        return s.speculation_margin * half / (half + evidence)
 
     def _groups(self, inputs: DecisionInput, output: float,
                 pricing: Pricing) -> dict[str, _Group]:

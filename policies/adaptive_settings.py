@@ -54,6 +54,12 @@ class AdaptiveSettings(BaseModel):
         "rests on a predicted acceptance and a step profile taken on other prompts, plain "
         "decoding's on neither, and a wrong guess loses speed that not speculating never "
         "loses; 0: compared as estimated")
+    speculation_margin_steps: float = Field(
+        200.0, ge=0.0, le=1_000_000.0, description="the request's class's own evidence on a "
+        "speculative mode (decayed verification steps) at which its speculation_margin has "
+        "halved: the margin stands for an acceptance predicted rather than measured, and "
+        "falls as the class measures it (margin x steps' / (steps' + evidence)); 0: the "
+        "margin stays whole")
     hysteresis: float = Field(0.1, ge=0.0, le=1.0, description="keep the previous winner "
                               "unless another mode is cheaper by more than this fraction")
     hysteresis_floor: float = Field(
