@@ -32,7 +32,13 @@ from typing import NamedTuple
 
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import LearnedAcceptance, ModeLoad
-from policies.step_model import Calibration, calibrate, plain_bounded, step_time
+from policies.step_model import (
+    Calibration,
+    calibrate,
+    plain_bounded,
+    step_time,
+    verified_step,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +184,31 @@ class Pricing:
             if priced is not None and priced.step_profile is not load.step_profile \
                     and load.method is None:
                 load = replace(load, step_profile=priced.step_profile)
-            seconds = self._steps[key] = step_time(load, batch, self.settings, self.cal,
-                                                   drafted)
+            seconds = step_time(load, batch, self.settings, self.cal, drafted)
+            if load.method is not None:
+                seconds = max(seconds, self._by_tokens(load, batch, drafted))
+            self._steps[key] = seconds
         return seconds
+
+    def _by_tokens(self, load: ModeLoad, batch: float, drafted: float | None) -> float:
+        """What a speculative step at ``batch`` costs at least: what the calibrated
+        prior (fitted to plain decoding's steps, ``Calibration``) gives a step of
+        ``batch`` sequences over ``batch * (1 + d)`` tokens, ``d`` the draft tokens per
+        sequence it verifies (``drafted``, else as its engine measured, else its K at
+        ``batch``), at most that K, with no drafting overhead: the target model's
+        share of the step, the drafter's left out.
+
+        Plain decoding's steps are measured on the traffic it serves, while a
+        speculative engine's batches it has not served are known from its warm-up,
+        short prompts where verified tokens are nearly free, and n-gram's slope per
+        draft token from the small batches it ran: both read a large batch's verified
+        tokens as nearly free. 0 until plain decoding has measured its steps."""
+        if batch <= 0 or not any(m.method is None and m.step_profile
+                                 for m in self._group(load.gpu_group)):
+            return 0.0
+        k = float(load.draft_length(batch))
+        d = drafted if drafted is not None else load.step_drafted or k
+        return verified_step(batch, min(max(d, 0.0), k), self.settings, self.cal)
 
     def tau_prior(self, load: ModeLoad, batch: float | None,
                   optimistic: bool = False) -> TauPrior | None:

@@ -95,7 +95,16 @@ def _prior_step(load: ModeLoad, batch: float, settings: AdaptiveSettings,
     return cal.scale * fixed * (1.0 + overhead) + cal.slope * grows
 
 
-def _prior_parts(batch: float, k: int, settings: AdaptiveSettings) -> tuple[float, float]:
+def verified_step(batch: float, drafted: float, settings: AdaptiveSettings,
+                  cal: Calibration) -> float:
+    """The calibrated prior's step of ``batch`` sequences verifying ``1 + drafted``
+    tokens each, without a drafter: what the target model's forward pass over those
+    tokens takes on this hardware (``Pricing._by_tokens``)."""
+    fixed, grows = _prior_parts(batch, drafted, settings)
+    return cal.scale * fixed + cal.slope * grows
+
+
+def _prior_parts(batch: float, k: float, settings: AdaptiveSettings) -> tuple[float, float]:
     """The prior's fixed seconds, and its seconds that grow with the batch at draft
     length ``k``. Below the knee a step is bound by reading the weights: verified
     tokens are free."""

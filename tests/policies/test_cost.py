@@ -19,13 +19,14 @@ from policies.base import (
 )
 from policies.cost import (
     ClassShare,
+    Pricing,
     drafted_per_step,
     estimate,
     estimate_mix,
     rounds,
     tokens_per_step,
 )
-from policies.step_model import Calibration, calibrate, step_time
+from policies.step_model import Calibration, calibrate, step_time, verified_step
 
 SETTINGS = AdaptiveSettings()
 # K = 3 alone, 2 from batch 4, none from batch 16 on (a gap 8-15 keeps K = 2).
@@ -223,6 +224,64 @@ def test_ngram_is_priced_at_the_draft_tokens_of_the_class_it_serves() -> None:
         pytest.approx(0.063 + 0.00125 * 16 * 2.5)
     steep = replace(load, draft_token_s=1.0)
     assert step_time(steep, 16, SETTINGS, cal, drafted=0.0) == pytest.approx(0.063 / 3)
+
+
+def test_ngram_at_a_large_batch_costs_at_least_plain_decoding_over_its_tokens() -> None:
+    """A trace on the 2-core machine: n-gram's profile and its slope per draft token were
+    measured at small batches (a warm-up on text it drafts nothing on, then requests
+    alone), where verified tokens are nearly free. At batch 12 on follow-ups it drafts
+    two tokens a sequence, 36 tokens a step, and the slope priced it below plain
+    decoding's step at 12, where its own server ran well behind plain decoding's. Its
+    step is at least what plain decoding's fitted steps give 36 tokens, the target
+    model's share of it."""
+    plain = ModeLoad(mode="standard", up=True, batch_size=0, speculative=False,
+                     step_profile=((1, 0.040, 40), (16, 0.090, 40)))
+    ngram = ModeLoad(mode="ngram", up=True, batch_size=0, speculative=True, method="ngram",
+                     num_speculative_tokens=4, replayed=True,
+                     step_profile=((1, 0.041, 40), (8, 0.055, 40)),
+                     draft_token_s=0.0002, step_drafted=0.3)
+    pricing = Pricing({"standard": plain, "ngram": ngram}, SETTINGS)
+    over_36 = verified_step(12, 2.0, SETTINGS, pricing.cal)
+    assert over_36 > 0.090                         # beyond plain decoding's batch 16
+    assert pricing.step(ngram, 12, 2.0) == pytest.approx(over_36)
+    # Alone, three tokens cost little more than one.
+    assert pricing.step(ngram, 1, 2.0) == pytest.approx(max(
+        0.041 + 0.0002 * 1.7, verified_step(1, 2.0, SETTINGS, pricing.cal)))
+    assert pricing.step(ngram, 1, 2.0) < 1.2 * pricing.step(plain, 1)
+    # Until plain decoding has measured its steps, the slope is all there is.
+    alone = Pricing({"ngram": ngram}, SETTINGS)
+    assert alone.step(ngram, 12, 2.0) < over_36
+    # A follow-up batch n-gram accepts 1.6 tokens a step on goes to plain decoding
+    # at batch 12, and to n-gram alone.
+    follow = ClassShare(1.0, 128.0, {"ngram": LearnedAcceptance(1.6, 0.3, 50.0, 2000.0,
+                                                                 2.0)})
+    at_12 = {m.mode: pricing.estimate_mix(m, 12, [follow], 300).total_s
+             for m in (plain, ngram)}
+    at_1 = {m.mode: pricing.estimate_mix(m, 1, [follow], 300).total_s
+            for m in (plain, ngram)}
+    assert at_12["standard"] < at_12["ngram"]
+    assert at_1["ngram"] < at_1["standard"]
+
+
+def test_a_drafter_known_from_its_warm_up_costs_at_least_plain_decoding_over_its_tokens(
+        ) -> None:
+    """A trace on the 2-core machine: EAGLE-3 (K = 3) was timed only in its warm-up,
+    on a short prompt, at batch 1 and 8; interpolated at batch 4 its step read cheap
+    enough to take a batch of chat at 4 requests, where it ran well behind plain
+    decoding. At batch 4 it verifies 16 tokens a step: at least what plain decoding's
+    steps, measured on the traffic it served, give 16 tokens. Alone it verifies 4,
+    which cost little more than one, and its own measurement stands."""
+    plain = ModeLoad(mode="standard", up=True, batch_size=0, speculative=False,
+                     step_profile=((1, 0.035, 40), (4, 0.040, 40), (16, 0.075, 40)))
+    drafter = ModeLoad(mode="eagle3", up=True, batch_size=0, speculative=True,
+                       method="eagle3", num_speculative_tokens=3,
+                       step_profile=((1, 0.047, 15), (8, 0.091, 15)), step_drafted=3.0)
+    pricing = Pricing({"standard": plain, "eagle3": drafter}, SETTINGS)
+    over_16 = verified_step(4, 3.0, SETTINGS, pricing.cal)
+    assert over_16 > 0.070 > 0.047 + (0.091 - 0.047) * 3 / 7     # as interpolated
+    assert pricing.step(drafter, 4) == pytest.approx(over_16)
+    assert pricing.step(drafter, 4, 3.0) == pytest.approx(over_16)
+    assert pricing.step(drafter, 1) == pytest.approx(0.047)
 
 
 def test_a_mix_is_priced_at_the_draft_tokens_its_classes_bring() -> None:
