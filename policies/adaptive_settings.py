@@ -136,6 +136,10 @@ class AdaptiveSettings(BaseModel):
         0.0, ge=0.0, le=1_000_000.0, description="tokens per step below which a step is "
         "bound by reading the weights (weights / memory bandwidth over compute per token): "
         "step_per_token_s counts only the tokens beyond it; 0 counts every token")
+    step_traffic_samples: int = Field(
+        64, ge=0, le=1_000_000, description="steps a speculative engine's profile must "
+        "have timed at a batch (more than its warm-up gives) for its own measurement there "
+        "to stand without the bound on its verified tokens; 0 always applies the bound")
     prefill_per_token_s: float = Field(0.00005, ge=0.0, le=1.0, description="prior prefill "
                                        "time per prompt token, before an engine has measured "
                                        "its own")

@@ -37,6 +37,7 @@ from policies.step_model import (
     calibrate,
     plain_bounded,
     step_time,
+    timed_on_traffic,
     verified_step,
 )
 
@@ -185,7 +186,8 @@ class Pricing:
                     and load.method is None:
                 load = replace(load, step_profile=priced.step_profile)
             seconds = step_time(load, batch, self.settings, self.cal, drafted)
-            if load.method is not None:
+            if load.method is not None and not timed_on_traffic(
+                    load, batch, self.settings.step_traffic_samples):
                 seconds = max(seconds, self._by_tokens(load, batch, drafted))
             self._steps[key] = seconds
         return seconds
@@ -202,7 +204,12 @@ class Pricing:
         speculative engine's batches it has not served are known from its warm-up,
         short prompts where verified tokens are nearly free, and n-gram's slope per
         draft token from the small batches it ran: both read a large batch's verified
-        tokens as nearly free. 0 until plain decoding has measured its steps."""
+        tokens as nearly free. 0 until plain decoding has measured its steps.
+
+        Not applied where the engine's own buckets around ``batch`` have timed
+        traffic (``timed_on_traffic``): there its measurement stands, and the bound,
+        fitted to plain decoding's steps of long conversations at large batches,
+        would overprice a few sequences verifying many drafts each."""
         if batch <= 0 or not any(m.method is None and m.step_profile
                                  for m in self._group(load.gpu_group)):
             return 0.0

@@ -104,6 +104,20 @@ def verified_step(batch: float, drafted: float, settings: AdaptiveSettings,
     return cal.scale * fixed + cal.slope * grows
 
 
+def timed_on_traffic(load: ModeLoad, batch: float, samples: int) -> bool:
+    """Whether ``load``'s profile measured ``batch`` on served traffic: the buckets at
+    or around it (interpolated between) each timed at least ``samples`` steps, more
+    than an engine's warm-up gives a bucket. Batches known from the warm-up alone, or
+    beyond the measured range, are not."""
+    if batch <= 0 or samples <= 0:
+        return False
+    points = sorted((float(b), n) for b, _, n in load.step_profile if n > 0)
+    for (ba, na), (bb, nb) in itertools.pairwise(points):
+        if ba <= batch <= bb:
+            return (na >= samples or batch == bb) and (nb >= samples or batch == ba)
+    return any(b == batch and n >= samples for b, n in points)
+
+
 def _prior_parts(batch: float, k: float, settings: AdaptiveSettings) -> tuple[float, float]:
     """The prior's fixed seconds, and its seconds that grow with the batch at draft
     length ``k``. Below the knee a step is bound by reading the weights: verified

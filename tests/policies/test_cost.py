@@ -284,6 +284,38 @@ def test_a_drafter_known_from_its_warm_up_costs_at_least_plain_decoding_over_its
     assert pricing.step(drafter, 1) == pytest.approx(0.047)
 
 
+def test_a_batch_the_engine_timed_on_traffic_stands_as_measured() -> None:
+    """A trace on the 2-core machine: n-gram (K = 4) had just served questions over a
+    memo at batch 4, timing that bucket on hundreds of steps. The bound on verified
+    tokens, fitted to plain decoding's long conversations at 16, priced its 20 tokens
+    a step about a quarter above what it had measured, and follow-ups n-gram served
+    1.5x faster went to plain decoding. A bucket timed on traffic stands; one known
+    from the warm-up, or a batch beyond what traffic timed, keeps the bound."""
+    plain = ModeLoad(mode="standard", up=True, batch_size=0, speculative=False,
+                     step_profile=((1, 0.035, 400), (4, 0.040, 400), (16, 0.075, 400)))
+
+    def ngram(samples: int) -> ModeLoad:
+        return ModeLoad(mode="ngram", up=True, batch_size=0, speculative=True,
+                        method="ngram", num_speculative_tokens=4,
+                        step_profile=((1, 0.040, 400), (4, 0.048, samples),
+                                      (8, 0.100, 16)), step_drafted=4.0)
+
+    timed = Pricing({"standard": plain, "ngram": ngram(300)}, SETTINGS)
+    over_20 = verified_step(4, 4.0, SETTINGS, timed.cal)
+    assert over_20 > 0.048 * 1.1
+    assert timed.step(ngram(300), 4) == pytest.approx(0.048)
+    assert timed.step(ngram(300), 4, 4.0) == pytest.approx(0.048)
+    assert timed.step(ngram(300), 3) == pytest.approx(0.040 + 0.008 * 2 / 3)
+    # Between batch 4 and the warm-up's batch 8, and from the warm-up alone: bounded.
+    assert timed.step(ngram(300), 6) >= verified_step(6, 4.0, SETTINGS, timed.cal)
+    warm = Pricing({"standard": plain, "ngram": ngram(16)}, SETTINGS)
+    assert warm.step(ngram(16), 4) == pytest.approx(over_20)
+    # Setting it to 0 always applies the bound.
+    always = Pricing({"standard": plain, "ngram": ngram(300)},
+                     SETTINGS.model_copy(update={"step_traffic_samples": 0}))
+    assert always.step(ngram(300), 4) == pytest.approx(over_20)
+
+
 def test_a_mix_is_priced_at_the_draft_tokens_its_classes_bring() -> None:
     """A batch of copy-heavy requests costs n-gram more per step than a batch of free
     text; a class whose drafts are unknown is priced as the profile measured."""
