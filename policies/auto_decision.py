@@ -48,7 +48,10 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
     this = classes[workload_class]
     prior = borrowed(classes, workload_class, card_tau or {}, state.pooled_acceptance(now),
                      policy.card_discount)
-    kind = {mode: a.drafts for mode, a in prior.items() if not a.transferred} \
+    # Measured on the kind here, not carded: a card is its drafter's held-out figure on
+    # other prompts and hardware, and a mode priced on it alone is measured once.
+    kind = {mode: a.drafts for mode, a in prior.items()
+            if not a.transferred and a.requests > 0} \
         if family(workload_class) is not None else {}
     inputs = DecisionInput(
         modes=modes, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,

@@ -141,8 +141,8 @@ class DecisionInput:
     mode_acceptance: Mapping[str, LearnedAcceptance] = field(
         default_factory=lambda: MappingProxyType({}))
     # For an unlabelled request, each mode's evidence on the request's kind of text (its
-    # feature class's family, a drafter card's figure counted as steps): a mode
-    # measured on the kind is not unmeasured on a new size of it. Empty for a label.
+    # feature class's family; a drafter card's figure is no evidence): a mode measured
+    # on the kind is not unmeasured on a new size of it. Empty for a label.
     kind_evidence: Mapping[str, float] = field(
         default_factory=lambda: MappingProxyType({}))
     # Device groups whose switch moves every request in flight to the new mode at once

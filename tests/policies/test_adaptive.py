@@ -145,15 +145,23 @@ def test_exploration_is_bounded_by_share_and_cost() -> None:
 
 
 def test_hysteresis_holds_a_close_previous_winner() -> None:
+    """While the held engine serves requests, a close leader (12% ahead) does not take
+    over; a far one does. Where nothing runs, a switch drains and moves nothing, and
+    only the floor holds: a 15% lead takes the request."""
     policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2))
     close = case(acceptance={"dflash": learned(4.0), "eagle3": learned(3.8),
-                             "ngram": learned(1.0)}, previous_mode="eagle3")
+                             "ngram": learned(1.0)}, previous_mode="eagle3",
+                 modes={"eagle3": load("eagle3", batch=1)})
     held = policy.decide(close)
     assert (held.mode, held.reason.split()[0]) == ("eagle3", "hold:eagle3")
     far = replace(close, acceptance={"dflash": learned(5.5), "eagle3": learned(2.0),
                                      "ngram": learned(1.0)})
     assert policy.decide(far).mode == "dflash"
     assert AdaptivePolicy(AdaptiveSettings(hysteresis=0.0)).decide(close).mode == "dflash"
+    idle = replace(close, modes={m: load(m) for m in K})
+    assert policy.decide(idle).reason.startswith("cost:dflash")
+    floor = AdaptivePolicy(AdaptiveSettings(hysteresis=0.2, hysteresis_floor=0.2))
+    assert floor.decide(idle).reason.startswith("hold:eagle3")
 
 
 def test_priors_fade_as_measurements_arrive() -> None:
@@ -268,6 +276,7 @@ def test_a_leader_held_back_by_hysteresis_is_explored() -> None:
     fresh measurement could confirm: exploration may serve it (the mode being served
     is the one never explored)."""
     policy = AdaptivePolicy(AdaptiveSettings(exploration_share=0.05, hysteresis=0.3,
+                                             hysteresis_floor=0.3,   # held while idle
                                              speculation_margin_steps=0.0))
     inputs = case(previous_mode="eagle3", acceptance={
         "dflash": learned(3.2, requests=1.0), "eagle3": learned(3.0),
