@@ -35,6 +35,7 @@ from policies.base import LearnedAcceptance, ModeLoad
 from policies.step_model import (
     Calibration,
     calibrate,
+    drafting_excess,
     plain_bounded,
     step_time,
     timed_on_traffic,
@@ -206,6 +207,10 @@ class Pricing:
         draft token from the small batches it ran: both read a large batch's verified
         tokens as nearly free. 0 until plain decoding has measured its steps.
 
+        Scaled by what the engine's steps timed on traffic measured beyond that pass
+        (``drafting_excess``: its drafter's share), so that a drafter timed alone on
+        traffic at 1.2x the target's pass is not priced at the bare pass at batch 4.
+
         Not applied where the engine's own buckets around ``batch`` have timed
         traffic (``timed_on_traffic``): there its measurement stands, and the bound,
         fitted to plain decoding's steps of long conversations at large batches,
@@ -215,7 +220,9 @@ class Pricing:
             return 0.0
         k = float(load.draft_length(batch))
         d = drafted if drafted is not None else load.step_drafted or k
-        return verified_step(batch, min(max(d, 0.0), k), self.settings, self.cal)
+        excess = drafting_excess(load, batch, self.settings, self.cal,
+                                 self.settings.step_traffic_samples)
+        return verified_step(batch, min(max(d, 0.0), k), self.settings, self.cal) * excess
 
     def tau_prior(self, load: ModeLoad, batch: float | None,
                   optimistic: bool = False) -> TauPrior | None:

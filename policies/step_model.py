@@ -118,6 +118,24 @@ def timed_on_traffic(load: ModeLoad, batch: float, samples: int) -> bool:
     return any(b == batch and n >= samples for b, n in points)
 
 
+def drafting_excess(load: ModeLoad, batch: float, settings: AdaptiveSettings,
+                    cal: Calibration, samples: int) -> float:
+    """How much ``load``'s step exceeds the target model's pass over its verified tokens
+    (``verified_step``) where traffic timed it (``timed_on_traffic``): its drafter and
+    the verification's own work, at least 1. Taken at its largest such batch that
+    drafts as many tokens as ``batch`` does (a K table's ranges are other steps); 1
+    where there is none."""
+    k = load.draft_length(batch)
+    timed = [float(b) for b, _, n in load.step_profile
+             if samples > 0 and n >= samples and load.draft_length(b) == k]
+    if not timed:
+        return 1.0
+    at = max(timed)
+    measured = next(s for b, s, _ in load.step_profile if float(b) == at)
+    target = verified_step(at, min(load.step_drafted or float(k), float(k)), settings, cal)
+    return max(measured / target, 1.0) if target > 0 else 1.0
+
+
 def _prior_parts(batch: float, k: float, settings: AdaptiveSettings) -> tuple[float, float]:
     """The prior's fixed seconds, and its seconds that grow with the batch at draft
     length ``k``. Below the knee a step is bound by reading the weights: verified

@@ -316,6 +316,30 @@ def test_a_batch_the_engine_timed_on_traffic_stands_as_measured() -> None:
     assert always.step(ngram(300), 4) == pytest.approx(over_20)
 
 
+def test_a_drafter_timed_on_traffic_carries_its_share_to_batches_it_has_not_served(
+        ) -> None:
+    """A trace on the 2-core machine: DFlash (K = 4) served chat one and two requests at
+    a time, then took a burst at 4, known there only from its warm-up, priced at the
+    target model's bare pass over its 20 verified tokens: 5% ahead of plain decoding,
+    where it ran 16% behind. Its steps timed on traffic at batch 2 measured 1.3x that
+    pass (its drafter, its rejection sampling): at batch 4 it is priced at 1.3x too."""
+    plain = ModeLoad(mode="standard", up=True, batch_size=0, speculative=False,
+                     step_profile=((1, 0.045, 400), (4, 0.052, 400), (16, 0.080, 400)))
+    pricing = Pricing({"standard": plain}, SETTINGS)
+    at_2 = 1.3 * verified_step(2, 4.0, SETTINGS, pricing.cal)
+    dflash = ModeLoad(mode="dflash", up=True, batch_size=0, speculative=True,
+                      method="dflash", num_speculative_tokens=4, step_drafted=4.0,
+                      step_profile=((1, 0.060, 300), (2, at_2, 200), (8, 0.120, 16)))
+    pricing = Pricing({"standard": plain, "dflash": dflash}, SETTINGS)
+    assert pricing.step(dflash, 2) == pytest.approx(at_2)           # as measured
+    assert pricing.step(dflash, 4) == pytest.approx(
+        1.3 * verified_step(4, 4.0, SETTINGS, pricing.cal))
+    # Known from its warm-up alone: the bare pass.
+    warm = replace(dflash, step_profile=((1, 0.060, 16), (8, 0.120, 16)))
+    assert Pricing({"standard": plain, "dflash": warm}, SETTINGS).step(warm, 4) == \
+        pytest.approx(verified_step(4, 4.0, SETTINGS, pricing.cal))
+
+
 def test_a_mix_is_priced_at_the_draft_tokens_its_classes_bring() -> None:
     """A batch of copy-heavy requests costs n-gram more per step than a batch of free
     text; a class whose drafts are unknown is priced as the profile measured."""
