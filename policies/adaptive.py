@@ -379,7 +379,7 @@ class AdaptivePolicy(Policy):
                     if s.consolidate else pricing.estimate(
                         load, inputs.prompt_tokens, output, inputs.acceptance.get(load.mode),
                         optimistic=True)
-                if view.total_s > limit:
+                if view.total_s > self._explore_limit(inputs, load.mode, costs[0], limit):
                     continue
                 if load.gpu_group in idle:
                     return load.mode
@@ -403,6 +403,21 @@ class AdaptivePolicy(Policy):
             return None
 
         return min(eligible, key=lambda c: c.total_s).mode
+
+    def _explore_limit(self, inputs: DecisionInput, mode: str, best: ModeCost,
+                       limit: float) -> float:
+        """The most a first measurement of ``mode`` may cost: ``limit``, or where only
+        its drafter card prices it on this kind, within ``speculation_margin`` of the
+        best. A card is its drafter's acceptance on held-out prompts of the kind: it may
+        be wrong by that margin, not by half again. Measuring every carded drafter on
+        every kind spent half of a phase of questions over a document on modes the
+        cards priced 1.7x behind prompt lookup."""
+        prior = inputs.mode_acceptance.get(mode)
+        carded = prior is not None and prior.requests <= 0 and prior.drafts > 0 \
+            and not prior.transferred
+        if not carded:
+            return limit
+        return min(limit, best.total_s * (1.0 + self.settings.speculation_margin))
 
     @staticmethod
     def _evidence(inputs: DecisionInput, mode: str) -> float:

@@ -127,7 +127,9 @@ def test_a_mode_measured_on_the_kind_is_not_explored_and_a_carded_one_is() -> No
     it is not explored as unmeasured. EAGLE-3's card prices it but measures nothing
     here: on ShareGPT conversations its discounted chat figure priced it just above
     plain decoding, no request ever went to it, and it was never measured where it
-    served 1.3x plain decoding's speed. It is explored on every kind until measured."""
+    served 1.3x plain decoding's speed. It is explored on a kind until measured, where
+    its card prices it within the speculation margin of the best: not on a document,
+    where its card puts it 2.5x behind prompt lookup measured on the kind."""
     state = fresh_state()
     for _ in range(4):
         state.observe("ngram", "auto:doc:s", drafts=40, draft_tokens=160, accepted=100,
@@ -145,7 +147,7 @@ def test_a_mode_measured_on_the_kind_is_not_explored_and_a_carded_one_is() -> No
                 out.add(d.mode)
         return out
 
-    assert explored("auto:doc:m") == {"eagle3"}
+    assert explored("auto:doc:m") == set()
     assert explored("auto:text:m") == {"eagle3"}       # the first of two unmeasured
     # Once EAGLE-3 has served the kind, neither is explored on a new size of it.
     state.observe("eagle3", "auto:doc:s", drafts=60, draft_tokens=180, accepted=70,
