@@ -109,9 +109,8 @@ class AdaptivePolicy(Policy):
 
         Where nothing runs in the held mode's device group, a switch leaves no engine
         draining and moves no request: only ``hysteresis_floor`` holds it, against
-        noise. At one request at a time, the whole margin held each request of a short
-        phase on the mode its first went to, estimated 7% behind and serving at 0.7x
-        the leader's speed."""
+        noise. At one request at a time, the whole margin would hold each request of a
+        short phase on the mode its first went to."""
         held_load = inputs.modes[held.mode]
         margin = self._margin(inputs, best.mode)
         if not group_busy(inputs.modes, held_load.gpu_group):
@@ -409,13 +408,10 @@ class AdaptivePolicy(Policy):
         """The most a first measurement of ``mode`` may cost: ``limit``, or where only
         its drafter card prices it on this kind, within ``speculation_margin`` of the
         best. A card is its drafter's acceptance on held-out prompts of the kind: it may
-        be wrong by that margin, not by half again. Measuring every carded drafter on
-        every kind spent half of a phase of questions over a document on modes the
-        cards priced 1.7x behind prompt lookup."""
+        be wrong by that margin, not by much more, and measuring every carded drafter
+        on every kind would spend short phases on modes their cards put far behind."""
         prior = inputs.mode_acceptance.get(mode)
-        carded = prior is not None and prior.requests <= 0 and prior.drafts > 0 \
-            and not prior.transferred
-        if not carded:
+        if prior is None or not prior.carded:
             return limit
         return min(limit, best.total_s * (1.0 + self.settings.speculation_margin))
 

@@ -51,7 +51,7 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
     # Measured on the kind here, not carded: a card is its drafter's held-out figure on
     # other prompts and hardware, and a mode priced on it alone is measured once.
     kind = {mode: a.drafts for mode, a in prior.items()
-            if not a.transferred and a.requests > 0} \
+            if not a.transferred and not a.carded} \
         if family(workload_class) is not None else {}
     inputs = DecisionInput(
         modes=modes, prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=now,

@@ -84,6 +84,12 @@ class LearnedAcceptance:
     # where it is below the prior (``policies/class_prior.py``).
     transferred: bool = False
 
+    @property
+    def carded(self) -> bool:
+        """A drafter card's figure (``class_prior.borrowed``): evidence in steps, no
+        request measured here."""
+        return self.requests <= 0 and self.drafts > 0 and not self.transferred
+
 
 @dataclass(frozen=True, slots=True)
 class ClassLearned:

@@ -208,8 +208,8 @@ class Pricing:
         tokens as nearly free. 0 until plain decoding has measured its steps.
 
         Scaled by what the engine's steps timed on traffic measured beyond that pass
-        (``drafting_excess``: its drafter's share), so that a drafter timed alone on
-        traffic at 1.2x the target's pass is not priced at the bare pass at batch 4.
+        (``drafting_excess``: its drafter's share), so that a drafter is not priced at
+        the bare pass at a batch it has not served.
 
         Not applied where the engine's own buckets around ``batch`` have timed
         traffic (``timed_on_traffic``): there its measurement stands, and the bound,

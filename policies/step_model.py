@@ -126,12 +126,11 @@ def drafting_excess(load: ModeLoad, batch: float, settings: AdaptiveSettings,
     drafts as many tokens as ``batch`` does (a K table's ranges are other steps); 1
     where there is none."""
     k = load.draft_length(batch)
-    timed = [float(b) for b, _, n in load.step_profile
+    timed = [(float(b), s) for b, s, n in load.step_profile
              if samples > 0 and n >= samples and load.draft_length(b) == k]
     if not timed:
         return 1.0
-    at = max(timed)
-    measured = next(s for b, s, _ in load.step_profile if float(b) == at)
+    at, measured = max(timed)
     target = verified_step(at, min(load.step_drafted or float(k), float(k)), settings, cal)
     return max(measured / target, 1.0) if target > 0 else 1.0
 
