@@ -25,6 +25,7 @@ from policies.cost import (
     TauPrior,
     rounds,
 )
+from policies.step_model import timed_on_traffic
 
 
 @dataclass(slots=True)
@@ -115,7 +116,27 @@ class AdaptivePolicy(Policy):
         margin = self._margin(inputs, best.mode)
         if not group_busy(inputs.modes, held_load.gpu_group):
             margin = min(margin, self.settings.hysteresis_floor)
+        elif held_load.gpu_group in inputs.moving_groups:
+            margin = max(margin, self._move_margin(inputs, inputs.modes[best.mode]))
         return held.total_s <= best.total_s * (1.0 + margin)
+
+    def _move_margin(self, inputs: DecisionInput, best: ModeLoad) -> float:
+        """The lead a switch of a busy moving group needs: the whole ``hysteresis``,
+        however long the challenger has led, and ``speculation_margin`` on top while a
+        speculative challenger's engine has not timed the group's batch on traffic.
+
+        Such a switch moves every request in flight, and a drafter's lead read from a
+        step the warm-up timed, or extrapolated, is often not there once the batch runs
+        on it: the group then moves back, and each move prefills its requests again.
+        Plain decoding's steps are what the others' are priced against, and a switch
+        to it never costs the speed of a wrong guess at acceptance."""
+        s = self.settings
+        if best.method is None:
+            return s.hysteresis
+        batch = 1 + sum(m.batch_size for m in inputs.modes.values()
+                        if m.gpu_group == best.gpu_group)
+        timed = timed_on_traffic(best, batch, s.step_traffic_samples)
+        return s.hysteresis + (0.0 if timed else s.speculation_margin)
 
     def _defer(self, inputs: DecisionInput, held: ModeCost, best: ModeCost,
                groups: Mapping[str, _Group], pricing: Pricing) -> bool:
@@ -374,10 +395,13 @@ class AdaptivePolicy(Policy):
                 and self._evidence(inputs, load.mode) < s.prior_draft_steps]
             for load in sorted(unmeasured, key=lambda m: (self._evidence(inputs, m.mode),
                                                           m.mode)):
-                view = self._consolidated(inputs, load, groups, pricing, optimistic=True) \
+                # A mode its card prices on this kind is seen at its card, not at the
+                # method's published prior: the card is what is known of it here.
+                optimistic = not self._carded(inputs, load.mode)
+                view = self._consolidated(inputs, load, groups, pricing, optimistic) \
                     if s.consolidate else pricing.estimate(
                         load, inputs.prompt_tokens, output, inputs.acceptance.get(load.mode),
-                        optimistic=True)
+                        optimistic)
                 if view.total_s > self._explore_limit(inputs, load.mode, costs[0], limit):
                     continue
                 if load.gpu_group in idle:
@@ -386,7 +410,7 @@ class AdaptivePolicy(Policy):
                     continue      # its engines take turns: it would stall the group's batch
                 # In a busy group, only if what it costs the group's batch is bounded too.
                 price = pricing.estimate(load, inputs.prompt_tokens, output,
-                                         inputs.acceptance.get(load.mode), optimistic=True)
+                                         inputs.acceptance.get(load.mode), optimistic)
                 if price.total_s <= marginal()[0].total_s * s.exploration_max_cost_ratio:
                     return load.mode
         if draw >= s.exploration_share or not idle:   # only an idle group explores here
@@ -410,10 +434,15 @@ class AdaptivePolicy(Policy):
         best. A card is its drafter's acceptance on held-out prompts of the kind: it may
         be wrong by that margin, not by much more, and measuring every carded drafter
         on every kind would spend short phases on modes their cards put far behind."""
-        prior = inputs.mode_acceptance.get(mode)
-        if prior is None or not prior.carded:
+        if not self._carded(inputs, mode):
             return limit
         return min(limit, best.total_s * (1.0 + self.settings.speculation_margin))
+
+    @staticmethod
+    def _carded(inputs: DecisionInput, mode: str) -> bool:
+        """Whether only ``mode``'s drafter card prices it on this request's kind."""
+        prior = inputs.mode_acceptance.get(mode)
+        return prior is not None and prior.carded
 
     @staticmethod
     def _evidence(inputs: DecisionInput, mode: str) -> float:

@@ -203,3 +203,30 @@ def test_the_live_window_of_another_kind_does_not_raise_a_cold_class() -> None:
         return d.scores["ngram"]
 
     assert ngram_cost(busy) == pytest.approx(ngram_cost(modes))
+
+
+def test_a_carded_drafter_is_explored_at_its_card_not_at_its_methods_prior() -> None:
+    """DFlash's card puts it far behind prompt lookup on documents, and its method's
+    published prior (a large model's figure) well ahead: the card is what is known of
+    this drafter on the kind, so no request of a short copy phase is spent measuring
+    it."""
+    state = fresh_state()
+    for _ in range(4):
+        state.observe("ngram", "auto:doc:s", drafts=40, draft_tokens=160, accepted=80,
+                      completion_tokens=141, now=NOW)
+    modes = {**local_modes(), "dflash": speculative("dflash", "dflash", 7)}
+    card = {"dflash": {"code": 2.15, "copy": 1.6, "chat": 2.0}}
+
+    def explored(cls: str, cards: dict[str, dict[str, float]]) -> set[str]:
+        out = set()
+        for draw in (0.05, 0.1, 0.2, 0.3, 0.4):
+            _, d = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
+                               prompt_tokens=80, max_tokens=128, workload_class=cls,
+                               now=NOW, in_flight={}, explore_draw=draw, card_tau=cards)
+            if d.kind is DecisionKind.EXPLORE:
+                out.add(d.mode)
+        return out
+
+    assert explored("auto:doc:s", card) == set()
+    # Without a card the method's prior stands, and the first measurement is made.
+    assert explored("auto:doc:s", {}) == {"dflash"}

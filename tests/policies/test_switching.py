@@ -8,6 +8,7 @@ from dataclasses import replace
 from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import ClassLearned, DecisionInput, DecisionKind, LearnedAcceptance
+from policies.step_model import Calibration, _prior_step
 from tests.policies.test_adaptive import K, case, learned, load
 
 # DFlash ahead of EAGLE-3 (the held mode) by about 8% on this request.
@@ -169,8 +170,10 @@ def test_a_group_whose_switch_moves_its_requests_waits_until_the_lead_pays_the_m
     """An exclusive CPU group moves its requests to the new engine on a switch: none is
     left draining, but each is prefilled again there, prompt and answer so far. A fresh
     lead that those prefills outweigh waits; one that has lasted, or a switch with
-    nothing to move, goes at once."""
-    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0))
+    nothing to move, goes at once. (No speculation margin: the lead stands on steps as
+    if timed on traffic; see the test after.)"""
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, drain_payback=1.0,
+                                             speculation_margin=0.0))
     fresh_leader = replace(held_eagle3(BEYOND), leading_since={"dflash": 99.9})
     group = fresh_leader.modes["eagle3"].gpu_group
     moving = replace(fresh_leader, moving_groups=frozenset({group}))
@@ -187,3 +190,40 @@ def test_a_group_whose_switch_moves_its_requests_waits_until_the_lead_pays_the_m
                                                                    batch_size=0)},
                               in_flight={})
     assert policy.decide(nothing_to_move).mode == "dflash"
+
+
+def test_a_busy_moving_group_switches_on_a_lead_beyond_the_whole_hysteresis() -> None:
+    """A switch of an exclusive CPU group moves every request in flight. A lead below
+    the whole hysteresis holds however long it has lasted (the floor is for groups
+    that move nothing), and a lead read from steps the challenger's engine has not
+    timed on traffic at the group's batch needs the speculation margin on top: the
+    warm-up's or an extrapolated step often reads a lead the batch does not give, and
+    the group would move back (each move prefills its requests again)."""
+    policy = AdaptivePolicy(AdaptiveSettings(hysteresis=0.1, hysteresis_floor=0.03,
+                                             speculation_margin=0.15, drain_payback=0.0))
+    settings = AdaptiveSettings()
+
+    def held(dflash_tau: float, timed: bool, moving: bool = True) -> DecisionInput:
+        inputs = held_eagle3({"dflash": learned(dflash_tau), "eagle3": learned(3.7),
+                              "ngram": learned(1.0)}, leading_since={"dflash": 0.0})
+        dflash = inputs.modes["dflash"]
+        if timed:   # timed on traffic at the prior's own steps: the same price
+            dflash = replace(dflash, step_profile=tuple(
+                (b, _prior_step(dflash, b, settings, Calibration()), 100) for b in (8, 12)))
+        group = frozenset({dflash.gpu_group}) if moving else frozenset()
+        return replace(inputs, modes={**inputs.modes, "dflash": dflash},
+                       moving_groups=group)
+
+    assert 0.03 < lead(held(4.2, timed=True)) < 0.1
+    assert policy.decide(held(4.2, timed=True, moving=False)).mode == "dflash"
+    assert policy.decide(held(4.2, timed=True)).kind is DecisionKind.HOLD
+    assert 0.1 < lead(held(4.6, timed=True)) < 0.25
+    assert policy.decide(held(4.6, timed=True)).mode == "dflash"
+    assert policy.decide(held(4.6, timed=False)).kind is DecisionKind.HOLD
+    assert policy.decide(held(5.6, timed=False)).mode == "dflash"
+    # Plain decoding leading needs the whole hysteresis only: it is what the others'
+    # steps are priced against, and a switch to it risks no guess at acceptance.
+    weak = held_eagle3({"dflash": learned(1.0), "eagle3": learned(1.6), "ngram": learned(1.0)},
+                       leading_since={"standard": 0.0})
+    weak = replace(weak, moving_groups=frozenset({weak.modes["eagle3"].gpu_group}))
+    assert policy.decide(weak).mode == "standard"
