@@ -122,6 +122,20 @@ def test_prompt_lookup_measured_on_copy_does_not_raise_its_price_for_chat() -> N
     assert ngram_cost(taught, "auto:doc:s") < 0.7 * ngram_cost(cold, "auto:doc:s")
 
 
+def explored_modes(state: SharedPolicyState, modes: dict[str, ModeLoad], cls: str,
+                   card: dict[str, dict[str, float]]) -> set[str]:
+    """The modes a cold request of ``cls`` explores over draws of the boosted share
+    (past the 3% of stale explorations)."""
+    out = set()
+    for draw in (0.05, 0.1, 0.2, 0.3, 0.4):
+        _, d = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
+                           prompt_tokens=80, max_tokens=128, workload_class=cls,
+                           now=NOW, in_flight={}, explore_draw=draw, card_tau=card)
+        if d.kind is DecisionKind.EXPLORE:
+            out.add(d.mode)
+    return out
+
+
 def test_a_mode_measured_on_the_kind_is_not_explored_and_a_carded_one_is() -> None:
     """The first requests of a new size of a kind: n-gram was measured on the kind, so
     it is not explored as unmeasured. EAGLE-3's card prices it but measures nothing
@@ -138,14 +152,7 @@ def test_a_mode_measured_on_the_kind_is_not_explored_and_a_carded_one_is() -> No
     card = {"eagle3": {"code": 2.3, "copy": 2.2, "chat": 1.9}}
 
     def explored(cls: str) -> set[str]:
-        out = set()
-        for draw in (0.05, 0.1, 0.2, 0.3, 0.4):   # the boosted share, past the 3%
-            _, d = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
-                               prompt_tokens=80, max_tokens=128, workload_class=cls,
-                               now=NOW, in_flight={}, explore_draw=draw, card_tau=card)
-            if d.kind is DecisionKind.EXPLORE:
-                out.add(d.mode)
-        return out
+        return explored_modes(state, modes, cls, card)
 
     assert explored("auto:doc:m") == set()
     assert explored("auto:text:m") == {"eagle3"}       # the first of two unmeasured
@@ -218,14 +225,7 @@ def test_a_carded_drafter_is_explored_at_its_card_not_at_its_methods_prior() -> 
     card = {"dflash": {"code": 2.15, "copy": 1.6, "chat": 2.0}}
 
     def explored(cls: str, cards: dict[str, dict[str, float]]) -> set[str]:
-        out = set()
-        for draw in (0.05, 0.1, 0.2, 0.3, 0.4):
-            _, d = decide_auto(AdaptivePolicy(), state, RoutingMemory(), modes,
-                               prompt_tokens=80, max_tokens=128, workload_class=cls,
-                               now=NOW, in_flight={}, explore_draw=draw, card_tau=cards)
-            if d.kind is DecisionKind.EXPLORE:
-                out.add(d.mode)
-        return out
+        return explored_modes(state, modes, cls, cards)
 
     assert explored("auto:doc:s", card) == set()
     # Without a card the method's prior stands, and the first measurement is made.
