@@ -118,6 +118,12 @@ class AdaptiveSettings(BaseModel):
                                           "half-life, so the policy follows changing traffic")
     prior_draft_steps: float = Field(20.0, ge=0.0, le=1_000_000.0, description="how many "
                                      "measured verification steps the prior is worth")
+    replayed_steps_per_request: float = Field(
+        16.0, ge=0.0, le=1_000_000.0, description="for a mode whose acceptance is replayed "
+        "on every finished answer (prompt lookup), an answer's verification steps weigh "
+        "against the prior as at most this many: the steps of one answer accept alike "
+        "(one answer repeats its prompt, the next does not), so a class's first answer "
+        "would otherwise outweigh the prior on its own; 0: every step counts")
     default_output_tokens: int = Field(256, ge=1, le=1_000_000, description="expected output "
                                        "length before a class has finished requests")
     # Prior step-time model, t(b) = fixed_s + per_seq_s * b

@@ -94,10 +94,12 @@ class TauPrior:
     prior_tau: float           # the prior, discounted and blended with ``pooled``
     unlearned: float           # a class without evidence on the mode
     prior_draft_steps: float
+    steps_per_request: float   # ``replayed_steps_per_request`` for a replayed mode, else 0
 
     def tau(self, learned: LearnedAcceptance | None) -> float:
         if learned is not None and learned.drafts > 0:
-            w = learned.drafts / (learned.drafts + self.prior_draft_steps)
+            steps = evidence_steps(learned, self.steps_per_request)
+            w = steps / (steps + self.prior_draft_steps)
             return min(self.cap, max(1.0, w * learned.mean_accepted_length
                                      + (1 - w) * self.prior_tau))
         return self.unlearned
@@ -116,11 +118,13 @@ def tau_prior(load: ModeLoad, settings: AdaptiveSettings, optimistic: bool = Fal
         return None
     cap = 1.0 + max(k, 1)
     prior_tau = min(prior.mean_accepted_length, cap)
+    per_request = settings.replayed_steps_per_request if load.replayed else 0.0
     if not optimistic:
         prior_tau = 1.0 + (prior_tau - 1.0) * (1.0 - settings.cold_start_discount)
         if pooled is not None and pooled.drafts > 0 and not (
                 pooled.transferred and pooled.mean_accepted_length > prior_tau):
-            w = pooled.drafts / (pooled.drafts + settings.prior_draft_steps)
+            steps = evidence_steps(pooled, per_request)
+            w = steps / (steps + settings.prior_draft_steps)
             prior_tau = min(cap, w * pooled.mean_accepted_length + (1 - w) * prior_tau)
     unlearned = prior_tau
     if load.mean_accepted_length is not None:  # the engine's live window, any class
@@ -129,7 +133,20 @@ def tau_prior(load: ModeLoad, settings: AdaptiveSettings, optimistic: bool = Fal
             # What the engine just served is of another kind of text: like the level
             # transferred from it, it counts only downwards.
             unlearned = min(unlearned, prior_tau)
-    return TauPrior(cap, prior_tau, unlearned, settings.prior_draft_steps)
+    return TauPrior(cap, prior_tau, unlearned, settings.prior_draft_steps, per_request)
+
+
+def evidence_steps(learned: LearnedAcceptance, per_request: float) -> float:
+    """How many verification steps ``learned`` weighs against a prior: its steps, at
+    most ``per_request`` for each request measured (0: no bound). The steps of one
+    answer are not independent samples: an answer that repeats its prompt accepts
+    almost every draft, the next one few, so evidence grows with answers, not with
+    their length. Bounded for a mode replayed on every answer (prompt lookup), whose
+    answers come whichever engine served them; a trained drafter's come only from
+    serving it, and bounding them would call for more exploration."""
+    if per_request <= 0 or learned.requests <= 0:
+        return learned.drafts
+    return min(learned.drafts, learned.requests * per_request)
 
 
 def drafted_per_step(learned: LearnedAcceptance | None,
@@ -310,15 +327,20 @@ class Pricing:
         # and ``TauPrior.tau``, ``rounds`` and ``drafted_per_step`` are inlined (min and
         # max spelt as the comparisons they make); test_cost pins it to them.
         prior = self.tau_prior(candidate, group_batch)
-        cap, prior_tau, unlearned, steps = (1.0,) * 4 if prior is None else \
-            (prior.cap, prior.prior_tau, prior.unlearned, prior.prior_draft_steps)
+        cap, prior_tau, unlearned, steps, per_request = (1.0,) * 4 + (0.0,) \
+            if prior is None else (prior.cap, prior.prior_tau, prior.unlearned,
+                                   prior.prior_draft_steps, prior.steps_per_request)
         pooled_drafted = drafted_per_step(None, pooled)
         for share in shares[1:]:
             learned = share.learned.get(mode)
             if prior is None:
                 t = 1.0
             elif learned is not None and learned.drafts > 0:
-                w = learned.drafts / (learned.drafts + steps)
+                evidence = learned.drafts                     # evidence_steps(...)
+                if per_request > 0 and learned.requests > 0 and \
+                        learned.requests * per_request < evidence:
+                    evidence = learned.requests * per_request
+                w = evidence / (evidence + steps)
                 t = w * learned.mean_accepted_length + (1 - w) * prior_tau
                 t = t if t > 1.0 else 1.0                     # max(1.0, t)
                 t = t if t < cap else cap                     # min(cap, t)

@@ -431,3 +431,42 @@ def test_the_mix_loop_prices_exactly_as_the_scalar_functions() -> None:
             tau, decode = _mix_as_spelt(candidate, batch, shares, optimistic, pooled)
             assert cost.tokens_per_step == tau
             assert cost.own_s == batch * candidate.prefill_s + decode   # bit for bit
+
+
+def test_one_replayed_answer_does_not_outweigh_the_prior() -> None:
+    """Prompt lookup's acceptance is replayed on every finished answer, and one answer's
+    steps accept alike: a first chat answer that listed what its prompt listed read
+    2.1 tokens a step over 60 steps, and put n-gram ahead of plain decoding on a class
+    whose next answers accepted 1.4. An answer weighs as ``replayed_steps_per_request``
+    steps at most; answers add up. A trained drafter's steps (measured only where it
+    serves) count whole."""
+    ngram = ModeLoad(mode="ngram", up=True, batch_size=0, speculative=True, method="ngram",
+                     num_speculative_tokens=4, replayed=True)
+    prior = tokens_per_step(ngram, None, SETTINGS)
+    one = LearnedAcceptance(3.0, 0.5, requests=1.0, drafts=60.0)
+    w = 16.0 / (16.0 + SETTINGS.prior_draft_steps)
+    assert tokens_per_step(ngram, one, SETTINGS) == pytest.approx(w * 3.0 + (1 - w) * prior)
+    unbounded = SETTINGS.model_copy(update={"replayed_steps_per_request": 0.0})
+    w_all = 60.0 / (60.0 + SETTINGS.prior_draft_steps)
+    assert tokens_per_step(ngram, one, unbounded) == pytest.approx(
+        w_all * 3.0 + (1 - w_all) * prior)
+    # Answers add up: ten weigh 160 steps, and the prior little.
+    ten = LearnedAcceptance(3.0, 0.5, requests=10.0, drafts=600.0)
+    w_ten = 160.0 / (160.0 + SETTINGS.prior_draft_steps)
+    assert tokens_per_step(ngram, ten, SETTINGS) == pytest.approx(
+        w_ten * 3.0 + (1 - w_ten) * prior)
+    # Short answers count what steps they have.
+    short = LearnedAcceptance(3.0, 0.5, requests=2.0, drafts=10.0)
+    assert tokens_per_step(ngram, short, SETTINGS) == tokens_per_step(ngram, short, unbounded)
+    # The same answer served by a trained drafter counts all its steps.
+    e3 = eagle3(table=())
+    assert tokens_per_step(e3, one, SETTINGS) == tokens_per_step(e3, one, unbounded)
+    # A device group's mix weighs the classes after the first alike.
+    plain = ModeLoad(mode="standard", up=True, batch_size=0, speculative=False)
+    pricing = Pricing({"standard": plain, "ngram": ngram}, SETTINGS)
+    other = ClassShare(1.0, 128.0, {"ngram": one})
+    first = ClassShare(1.0, 128.0, {"ngram": ten})
+    mixed = pricing.estimate_mix(ngram, 2, [first, other], 100).total_s
+    alike = pricing.estimate_mix(ngram, 2, [first, other._replace(learned={
+        "ngram": LearnedAcceptance(3.0, 0.5, requests=1.0, drafts=16.0)})], 100).total_s
+    assert mixed == pytest.approx(alike)
