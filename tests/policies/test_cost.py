@@ -435,11 +435,10 @@ def test_the_mix_loop_prices_exactly_as_the_scalar_functions() -> None:
 
 def test_one_replayed_answer_does_not_outweigh_the_prior() -> None:
     """Prompt lookup's acceptance is replayed on every finished answer, and one answer's
-    steps accept alike: a first chat answer that listed what its prompt listed read
-    2.1 tokens a step over 60 steps, and put n-gram ahead of plain decoding on a class
-    whose next answers accepted 1.4. An answer weighs as ``replayed_steps_per_request``
-    steps at most; answers add up. A trained drafter's steps (measured only where it
-    serves) count whole."""
+    steps accept alike: a first chat answer that happens to repeat its prompt must not
+    put n-gram ahead of plain decoding for a class whose next answers do not. An answer
+    weighs as ``replayed_steps_per_request`` steps at most; answers add up. A trained
+    drafter's steps (measured only where it serves) count whole."""
     ngram = ModeLoad(mode="ngram", up=True, batch_size=0, speculative=True, method="ngram",
                      num_speculative_tokens=4, replayed=True)
     prior = tokens_per_step(ngram, None, SETTINGS)
