@@ -133,8 +133,8 @@ class AdaptivePolicy(Policy):
         s = self.settings
         if best.method is None:
             return s.hysteresis
-        batch = 1 + sum(m.batch_size for m in inputs.modes.values()
-                        if m.gpu_group == best.gpu_group)
+        batch = 1 + inputs.arriving + sum(m.batch_size for m in inputs.modes.values()
+                                          if m.gpu_group == best.gpu_group)
         timed = timed_on_traffic(best, batch, s.step_traffic_samples)
         return s.hysteresis + (0.0 if timed else s.speculation_margin)
 
@@ -265,14 +265,15 @@ class AdaptivePolicy(Policy):
 
     def _groups(self, inputs: DecisionInput, output: float,
                 pricing: Pricing) -> dict[str, _Group]:
-        """Each device group's batch (this request included) and the mix of classes it
-        would serve: this request first, then the classes in flight there."""
+        """Each device group's batch (this request and the requests arriving with it
+        included) and the mix of classes it would serve: this request first, then the
+        classes in flight there."""
         s = self.settings
         groups: dict[str, _Group] = {}
         for load in inputs.modes.values():
             group = groups.get(load.gpu_group)
             if group is None:
-                group = groups[load.gpu_group] = _Group(1, [])
+                group = groups[load.gpu_group] = _Group(1 + inputs.arriving, [])
             group.batch += load.batch_size  # full or not, its batch runs on the device
             if s.group_mix:
                 group.flight.extend((load, cls, n) for cls, n in

@@ -30,14 +30,15 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
                 modes: Mapping[str, ModeLoad], *,
                 prompt_tokens: int, max_tokens: int | None, workload_class: str, now: float,
                 in_flight: Mapping[str, Mapping[str, int]],
-                explore_draw: float, narrowed: bool = False,
+                explore_draw: float, arriving: int = 0, narrowed: bool = False,
                 card_tau: Mapping[str, Mapping[str, float]] | None = None,
                 moving_groups: frozenset[str] = frozenset()
                 ) -> tuple[DecisionInput, Decision]:
     """Ask ``policy`` for a mode; raises ``NoModeAvailable`` as the policy does.
 
-    ``card_tau``: each mode's drafter card, held-out acceptance by kind of prompt
-    (``policies/class_prior.py``). ``moving_groups``: ``DecisionInput.moving_groups``.
+    ``arriving``: ``DecisionInput.arriving``. ``card_tau``: each mode's drafter card,
+    held-out acceptance by kind of prompt (``policies/class_prior.py``).
+    ``moving_groups``: ``DecisionInput.moving_groups``.
 
     ``narrowed``: ``modes`` leaves out modes that cannot serve this request, so its
     winner is no winner for its class or device group and is not remembered as one."""
@@ -58,7 +59,8 @@ def decide_auto(policy: Policy, state: SharedPolicyState, memory: RoutingMemory,
         workload_class=workload_class, acceptance=this.acceptance,
         expected_output_tokens=this.expected_output_tokens,
         previous_mode=memory.previous_mode(workload_class), explore_draw=explore_draw,
-        in_flight=in_flight, last_won=memory.last_won(), leading_since=memory.leading_since(),
+        in_flight=in_flight, arriving=arriving, last_won=memory.last_won(),
+        leading_since=memory.leading_since(),
         deferred_since=memory.deferred_since(),
         recent_batch=memory.recent_batch(now, memory_s),
         recent_arrivals=memory.recent_arrivals(now, policy.mix_memory_s),

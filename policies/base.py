@@ -129,6 +129,10 @@ class DecisionInput:
     # that empties between closed-loop waves is priced at the batch the next wave
     # brings, not as if this request would run alone.
     recent_batch: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # Other requests that arrived with this one and are still waiting for their
+    # decision (``service/arrivals.py``): they join a device group within moments, so
+    # each group is priced with them, and every request of a burst at the burst's batch.
+    arriving: int = 0
     # The auto requests of each class that arrived over about the last ``mix_memory_s``
     # (class -> decayed count; ``RoutingMemory.recent_arrivals``): the recent mix a
     # busy group's next requests are drawn from.

@@ -65,7 +65,8 @@ def build_runtime(settings: Settings, *, components: Components | None = None,
                    move_min_remaining_tokens=settings.move_min_remaining_tokens
                    if settings.move_in_flight else None,
                    fault_hold_s=settings.engine_fault_hold_s,
-                   max_failovers=settings.max_failovers)
+                   max_failovers=settings.max_failovers,
+                   burst_window_s=settings.burst_window_s)
 
 
 def final_sync_s(settings: Settings) -> float:

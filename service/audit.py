@@ -22,6 +22,7 @@ class AuditEntry:
     decision: Decision
     modes: Mapping[str, ModeLoad]
     acceptance: Mapping[str, LearnedAcceptance]
+    arriving: int = 0      # other requests of its burst, still waiting for a decision
 
     def as_strings(self) -> dict[str, str]:
         d = self.decision
@@ -35,6 +36,7 @@ class AuditEntry:
             "scores": json.dumps(dict(d.scores), separators=(",", ":")),
             "batch": json.dumps({m: load.batch_size for m, load in self.modes.items()},
                                 separators=(",", ":")),
+            "arriving": str(self.arriving),
             "acceptance": json.dumps({m: round(a.mean_accepted_length, 3)
                                       for m, a in self.acceptance.items()},
                                      separators=(",", ":")),

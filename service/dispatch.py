@@ -31,6 +31,7 @@ from policies.base import (
 from policies.routing_memory import RoutingMemory
 from policies.shared_state import SharedPolicyState
 from service.admission import Admission, Ticket, queue_full
+from service.arrivals import Arrival, Arrivals
 from service.audit import AuditEntry
 from service.containment import Containment
 from service.errors import EngineFailed, InvalidRequest, ServiceError, Unavailable
@@ -63,8 +64,10 @@ class Dispatcher:
                  admission: Admission | None = None, mover: Mover | None = None,
                  move_observers: list[Callable[[Move], None]] | None = None,
                  containment: Containment | None = None, max_failovers: int = 2,
-                 failover_observers: list[Callable[[Move], None]] | None = None) -> None:
+                 failover_observers: list[Callable[[Move], None]] | None = None,
+                 arrivals: Arrivals | None = None) -> None:
         self.engines = engines
+        self.arrivals = arrivals or Arrivals()
         self.containment = containment or Containment()
         self.admission = admission or Admission()
         self.policy = policy
@@ -107,11 +110,22 @@ class Dispatcher:
 
     async def route(self, hints: RouteHints, request: GenerationRequest, *,
                     requested_max_tokens: int | None, deadline: float | None = None,
-                    first_wait_s: float = 0.0) -> OpenStream:
-        """Choose the mode, admit the request to it and open its stream (``open``)."""
+                    first_wait_s: float = 0.0, arrival: Arrival | None = None) -> OpenStream:
+        """Choose the mode, admit the request to it and open its stream (``open``).
+
+        ``arrival``: the request's entry in ``self.arrivals`` (``service/arrivals.py``);
+        an auto request waits for the rest of its burst, and its decision counts the
+        requests still waiting for theirs. Left here once decided."""
+        arriving = 0
+        if arrival is not None:
+            if hints.forced is None:
+                await arrival.settle()
+            arriving = arrival.others()
         routing = self.decide(hints.forced, len(request.prompt_token_ids), requested_max_tokens,
                               hints.workload_class, request.request_id,
-                              needs=needs_of(request.sampling))
+                              needs=needs_of(request.sampling), arriving=arriving)
+        if arrival is not None:
+            arrival.leave()
         return await self.open(routing, request, deadline=deadline, first_wait_s=first_wait_s)
 
     def loads(self) -> dict[str, ModeLoad]:
@@ -132,9 +146,12 @@ class Dispatcher:
 
     def decide(self, override: str | None, prompt_tokens: int, max_tokens: int | None,
                requested_class: str | None, request_id: str = "", *,
-               needs: frozenset[str] = frozenset()) -> Routing:
+               needs: frozenset[str] = frozenset(), arriving: int = 0) -> Routing:
         """Choose a mode; ``open`` must follow with no ``await`` in between, so that the
-        room admission saw here is still there when it admits the request."""
+        room admission saw here is still there when it admits the request.
+
+        ``arriving``: other requests that arrived with this one and await their decision
+        (``DecisionInput.arriving``)."""
         admission = self.admission
         admission.check_open()
         loads = self.loads()
@@ -170,7 +187,7 @@ class Dispatcher:
                 inputs, decision = decide_auto(
                     self.policy, state, self.memory, loads, prompt_tokens=prompt_tokens,
                     max_tokens=max_tokens, workload_class=cls, now=now,
-                    in_flight=self.in_flight(),
+                    in_flight=self.in_flight(), arriving=arriving,
                     explore_draw=self.rng.random(), narrowed=bool(refused),
                     card_tau=self.card_tau, moving_groups=self.moving_groups)
             except NoModeAvailable as e:
@@ -184,7 +201,7 @@ class Dispatcher:
                 decision = replace(decision, narrowed=min(
                     field for field, _ in refused.values()))
         state.log_decision(AuditEntry(request_id, now, cls, prompt_tokens, max_tokens,
-                                      decision, loads, acceptance))
+                                      decision, loads, acceptance, arriving))
         routing = Routing(decision, cls, forced=override is not None,
                           decided_at=time.monotonic(), needs=needs)
         for observer in self.decision_observers:

@@ -23,6 +23,7 @@ from policies.bounded import bounded, stop_tasks
 from policies.shared_state import SharedPolicyState
 from policies.store.base import PolicyStore, ReplicaLoad, StoreUnavailable
 from service.admission import Admission, shutting_down
+from service.arrivals import Arrivals
 from service.containment import Containment
 from service.dispatch import Dispatcher
 from service.drain import Drain
@@ -68,7 +69,8 @@ class Runtime:
                  keepalive_s: float = 0.0, drain_timeout_s: float = 0.0,
                  final_sync_s: float = 2.0, engine_start_timeout_s: float = 0.0,
                  move_min_remaining_tokens: int | None = None,
-                 fault_hold_s: float = 600.0, max_failovers: int = 2) -> None:
+                 fault_hold_s: float = 600.0, max_failovers: int = 2,
+                 burst_window_s: float = 0.0) -> None:
         self.model_name = model_name
         self.state = state
         self.store = store
@@ -78,6 +80,7 @@ class Runtime:
         self.move_min_remaining_tokens = move_min_remaining_tokens
         self.containment = Containment(fault_hold_s)
         self.max_failovers = max_failovers
+        self.burst_window_s = burst_window_s
         self._tasks: list[asyncio.Task[None]] = []
         self.created = int(time.time())
         self.policy = policy
@@ -170,7 +173,8 @@ class Runtime:
                                     move_observers=self.move_observers,
                                     containment=self.containment,
                                     max_failovers=self.max_failovers,
-                                    failover_observers=self.failover_observers)
+                                    failover_observers=self.failover_observers,
+                                    arrivals=Arrivals(self.burst_window_s))
             self.state.load_provider = lambda: self.replica_load(dispatcher)
             self._serving = Serving(dispatcher, self.model_name, limits, components.tokenizer,
                                     components.tool_parser)

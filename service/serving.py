@@ -24,6 +24,7 @@ from engines.tokenizer import Tokenizer
 from engines.tool_call_stream import ToolCallStream
 from engines.tool_calls import ToolCallParser, ToolCallSession
 from service import keepalive
+from service.arrivals import Arrival
 from service.dispatch import Dispatcher
 from service.errors import EngineFailed, InvalidRequest, ModelNotFound, ServiceError
 from service.pump import Idle, Interrupted
@@ -168,13 +169,18 @@ class Serving:
     async def start(self, endpoint: Endpoint[W], wire: W, headers: RoutingHeaders) -> Call:
         timeout = self.limits.request_timeout_s
         deadline = time.monotonic() + timeout if timeout else None
+        # Counted as arriving before tokenising, so that a burst's first request sees
+        # the rest of the burst when it is priced (service/arrivals.py).
+        arrival = self.dispatcher.arrivals.enter()
         try:
-            return await self._start(endpoint, wire, headers, deadline)
+            return await self._start(endpoint, wire, headers, deadline, arrival)
         except Interrupted as e:
             raise e.error(timeout) from None
+        finally:
+            arrival.leave()
 
     async def _start(self, endpoint: Endpoint[W], wire: W, headers: RoutingHeaders,
-                     deadline: float | None) -> Call:
+                     deadline: float | None, arrival: Arrival) -> Call:
         if wire.model != self.model_name:
             raise ModelNotFound(f"The model '{wire.model}' does not exist; this server "
                                 f"serves '{self.model_name}'", param="model",
@@ -201,7 +207,8 @@ class Serving:
             raw_prompt=endpoint.id_prefix == "cmpl", asked=lambda: endpoint.asked(wire)))
         stream = await self.dispatcher.route(
             hints, generation, requested_max_tokens=requested, deadline=deadline,
-            first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s))
+            first_wait_s=keepalive.first_event_wait(bool(wire.stream), self.limits.keepalive_s),
+            arrival=arrival)
         if isinstance(stream.first, Failed):
             await stream.aclose()
             raise EngineFailed(stream.first.message, retryable=stream.first.retryable)

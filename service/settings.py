@@ -224,6 +224,11 @@ class Settings(BaseSettings):
         2, ge=0, description="when an engine dies, each request it was serving continues on "
         "another engine, at most this many times per request (docs/api.md, 'When an engine "
         "dies'); 0 = such requests fail with it")
+    burst_window_s: float = Field(
+        0.005, ge=0.0, le=0.2, description="an auto request waits until no other request "
+        "has arrived for this long (at most five times as long) before its mode is chosen, "
+        "so that requests arriving together are priced at the batch they make together "
+        "(docs/policy.md, 'Bursts'); 0 = decide at once")
     replica_id: str | None = Field(None, description="this replica's name in the shared "
                                                      "store; absent = host-pid")
     log_level: Literal["debug", "info", "warning", "error"] = Field(

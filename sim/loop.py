@@ -24,7 +24,9 @@ class Router(ABC):
     """Chooses an engine for each arriving request and hears about finished ones."""
 
     @abstractmethod
-    def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float) -> str: ...
+    def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float,
+              arriving: int = 0) -> str:
+        """``arriving``: requests of its burst routed after it (``DecisionInput.arriving``)."""
 
     def finished(self, request: SimRequest, now: float) -> None:
         return None
@@ -37,7 +39,8 @@ class StaticRouter(Router):
     def __init__(self, mode: str) -> None:
         self.mode = mode
 
-    def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float) -> str:
+    def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float,
+              arriving: int = 0) -> str:
         return self.mode
 
 
@@ -63,7 +66,7 @@ class SimResult:
 class Simulation:
     def __init__(self, engines: Sequence[SimEngine], router: Router, source: RequestSource,
                  switch_s: float = 0.0, record_steps: bool = False,
-                 max_sim_s: float = 1e6) -> None:
+                 max_sim_s: float = 1e6, burst_window_s: float = 0.005) -> None:
         self.engines = {e.name: e for e in engines}
         self.order = list(engines)
         self.router = router
@@ -71,6 +74,20 @@ class Simulation:
         self.switch_s = switch_s
         self.record_steps = record_steps
         self.max_sim_s = max_sim_s
+        # ``Settings.burst_window_s``: arrivals closer than this form one burst.
+        self.burst_window_s = burst_window_s
+
+    def _burst(self, ready: Sequence[SimRequest], i: int) -> int:
+        """How many requests after ``ready[i]`` arrived with it: each within a window
+        of the one before, as the gateway's ``service/arrivals.py`` groups them."""
+        n = 0
+        if self.burst_window_s <= 0:
+            return 0
+        for prev, r in itertools.pairwise(ready[i:]):
+            if r.arrival - prev.arrival > self.burst_window_s:
+                break
+            n += 1
+        return n
 
     def run(self) -> SimResult:
         now = 0.0
@@ -83,9 +100,12 @@ class Simulation:
         last: SimEngine | None = None
         turn = 0
         while not self.source.done(len(result.completed)) and now < self.max_sim_s:
+            ready: list[SimRequest] = []
             while arrivals and arrivals[0][0] <= now:
-                _, _, r = heapq.heappop(arrivals)
-                self.engines[self.router.route(r, self.engines, now)].submit(r)
+                ready.append(heapq.heappop(arrivals)[2])
+            for i, r in enumerate(ready):
+                arriving = self._burst(ready, i)
+                self.engines[self.router.route(r, self.engines, now, arriving)].submit(r)
             engine, turn = self._next(turn)
             if engine is None:
                 if not arrivals:

@@ -101,7 +101,8 @@ class PolicyRouter(Router):
         self.moved = 0
         self._engines: Mapping[str, SimEngine] = {}
 
-    def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float) -> str:
+    def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float,
+              arriving: int = 0) -> str:
         self.clock.now = now
         self._engines = engines
         state = self.state
@@ -112,7 +113,7 @@ class PolicyRouter(Router):
             prompt_tokens=request.prompt_tokens, max_tokens=request.max_tokens,
             workload_class=cls, now=now,
             in_flight={name: in_flight_by_class(e) for name, e in engines.items()},
-            explore_draw=self.rng.random())
+            explore_draw=self.rng.random(), arriving=arriving)
         kind = decision.kind.value
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
         self.chosen[decision.mode] = self.chosen.get(decision.mode, 0) + 1

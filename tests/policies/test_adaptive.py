@@ -605,3 +605,18 @@ def test_a_group_that_emptied_between_waves_is_priced_at_the_wave_it_held() -> N
     policy = AdaptivePolicy(settings)
     assert policy.decide(alone).mode == "eagle3"
     assert policy.decide(replace(alone, recent_batch={"0": 7.6})).mode == "standard"
+
+
+def test_a_burst_is_priced_at_the_batch_it_makes_together() -> None:
+    """Eight requests arrive at once on an idle group: the first is priced with the
+    seven still waiting for their decision, not as if it ran alone, so it goes where
+    the burst is served best and no later one has to switch the group and move it."""
+    plain = ((1, 0.050, 100), (4, 0.060, 100), (8, 0.075, 100))
+    eagle = ((1, 0.060, 100), (4, 0.140, 100), (8, 0.260, 100))
+    settings = AdaptiveSettings(enabled_modes=["standard", "eagle3"], exploration_share=0.0)
+    modes = {"standard": replace(load("standard", profile=plain), prefill_s=0.05),
+             "eagle3": replace(load("eagle3", profile=eagle), prefill_s=0.06)}
+    first = case(max_tokens=128, modes=modes, acceptance={"eagle3": learned(1.8)})
+    policy = AdaptivePolicy(settings)
+    assert policy.decide(first).mode == "eagle3"
+    assert policy.decide(replace(first, arriving=7)).mode == "standard"

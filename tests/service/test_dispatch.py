@@ -3,6 +3,7 @@ requests in flight, forced modes that skip the policy, and the decision audit.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 
@@ -15,10 +16,12 @@ from policies.adaptive_settings import AdaptiveSettings
 from policies.base import Decision, DecisionInput, DecisionKind
 from policies.shared_state import SharedPolicyState
 from policies.store.memory import MemoryStore
+from service.arrivals import Arrivals
 from service.dispatch import Dispatcher
 from service.errors import InvalidRequest
 from service.mode_info import ModeInfo
 from service.route_hints import RouteHints
+from service.stream import OpenStream
 from tests.conftest import FAKE_MODE_INFO, fake_engines
 
 
@@ -117,6 +120,51 @@ async def test_a_group_that_drained_is_priced_at_what_it_holds_not_at_its_last_b
     dispatcher.decide(None, 3, 3, "chat")
     group = FAKE_MODE_INFO["standard"].gpu_group
     assert policy.seen[-1].recent_batch[group] < 0.5
+
+
+async def test_every_request_of_a_burst_is_priced_with_the_rest_of_the_burst() -> None:
+    """Four clients send at once: each request waits for the burst to settle and is
+    priced with the requests still waiting for their decision, so the first is not
+    priced as if alone (and then moved when a later one switches the group). A request
+    that comes alone afterwards waits one window and sees nobody arriving."""
+    policy = RecordingPolicy()
+    dispatcher = await started_dispatcher(policy, token_delay_s=0.02)
+    dispatcher.arrivals = Arrivals(window_s=0.01)
+
+    async def send(i: int) -> OpenStream:
+        arrival = dispatcher.arrivals.enter()
+        try:
+            await asyncio.sleep(0)             # the others enter while this one tokenises
+            request = GenerationRequest(f"r{i}", (1, 2, 3), SamplingOptions(max_tokens=5))
+            return await dispatcher.route(RouteHints(None, "chat"), request,
+                                          requested_max_tokens=5, arrival=arrival)
+        finally:
+            arrival.leave()
+
+    streams = await asyncio.gather(*(send(i) for i in range(4)))
+    assert [seen.arriving for seen in policy.seen] == [3, 2, 1, 0]
+    alone = await send(4)
+    assert policy.seen[-1].arriving == 0 and dispatcher.arrivals.waiting == 0
+    for stream in [*streams, alone]:
+        await stream.aclose()
+
+
+async def test_a_forced_request_does_not_wait_for_a_burst_but_counts_in_one() -> None:
+    policy = RecordingPolicy()
+    dispatcher = await started_dispatcher(policy)
+    dispatcher.arrivals = Arrivals(window_s=5.0)      # an auto request would wait 5 s
+    behind = dispatcher.arrivals.enter()
+    arrival = dispatcher.arrivals.enter()
+    request = GenerationRequest("f", (1, 2, 3), SamplingOptions(max_tokens=5))
+    started = time.monotonic()
+    stream = await asyncio.wait_for(dispatcher.route(
+        RouteHints("standard", None), request, requested_max_tokens=5, arrival=arrival), 2.0)
+    assert time.monotonic() - started < 1.0
+    assert dispatcher.arrivals.waiting == 1           # decided: only ``behind`` waits
+    behind.leave()
+    behind.leave()                                    # a second leave changes nothing
+    assert dispatcher.arrivals.waiting == 0
+    await stream.aclose()
 
 
 async def test_a_forced_mode_never_consults_the_policy_and_is_audited_as_forced() -> None:

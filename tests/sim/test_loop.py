@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 import random
 import statistics
+from collections.abc import Mapping
 
 from sim.baselines import auto, policy_settings
 from sim.engine import SimEngine, kv_capacity_tokens
 from sim.loop import Simulation, StaticRouter
 from sim.params import DFLASH_10, PLAIN, SimParams
 from sim.router import PolicyRouter
-from sim.workload import ClosedLoop, PoissonOpenLoop
+from sim.workload import ClosedLoop, PoissonOpenLoop, SimRequest
 
 PARAMS = SimParams()
 
@@ -67,3 +68,27 @@ def test_poisson_open_loop_arrives_at_its_rate() -> None:
     assert len(result.completed) == 30
     assert all(r.finished_at is not None and r.finished_at > r.arrival
                for r in result.completed)
+
+
+class _Recording(StaticRouter):
+    def __init__(self, mode: str) -> None:
+        super().__init__(mode)
+        self.seen: list[tuple[float, int]] = []
+
+    def route(self, request: SimRequest, engines: Mapping[str, SimEngine], now: float,
+              arriving: int = 0) -> str:
+        self.seen.append((request.arrival, arriving))
+        return self.mode
+
+
+def test_requests_arriving_together_are_routed_as_one_burst() -> None:
+    """As the gateway does (service/arrivals.py): each request of a burst is routed
+    knowing how many of the burst come after it; closed-loop clients that start
+    together are a burst, and a window of 0 turns it off."""
+    for window, first_wave in ((0.005, [3, 2, 1, 0]), (0.0, [0, 0, 0, 0])):
+        engine = SimEngine(PLAIN, PARAMS, 0.5, random.Random(0))
+        router = _Recording(PLAIN.name)
+        source = ClosedLoop.fixed(4, {"chat": 1.0}, 12, seed=2)
+        Simulation([engine], router, source, burst_window_s=window).run()
+        assert [n for _, n in router.seen[:4]] == first_wave
+        assert all(at == 0.0 for at, _ in router.seen[:4])
