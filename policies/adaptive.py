@@ -79,6 +79,7 @@ class AdaptivePolicy(Policy):
         groups = self._groups(inputs, output, pricing)
         costs = self._ranked(inputs, (self._consolidated(inputs, load, groups, pricing)
                                       for load in candidates)) if s.consolidate else marginal()
+        costs = self._burst_guard(inputs, costs, groups)
 
         best = costs[0]
         held = self._incumbent(inputs, best.mode)
@@ -100,10 +101,35 @@ class AdaptivePolicy(Policy):
             return Decision(previous.mode, DecisionKind.HOLD, margin=behind, scores=scores,
                             leader=best.mode, deferred=deferred)
 
-        margin = costs[1].total_s / best.total_s - 1.0 if len(costs) > 1 and \
+        # Below 0 where ``_burst_guard`` served plain decoding over an untimed leader.
+        margin = max(costs[1].total_s / best.total_s - 1.0, 0.0) if len(costs) > 1 and \
             best.total_s > 0 else 0.0
         return Decision(best.mode, DecisionKind.COST, margin=margin, scores=scores,
                         leader=best.mode)
+
+    def _burst_guard(self, inputs: DecisionInput, costs: list[ModeCost],
+                     groups: Mapping[str, _Group]) -> list[ModeCost]:
+        """A burst commits its whole batch at once, as the switch of a busy group does
+        (``_move_margin``): a speculative leader whose engine has not timed the burst's
+        batch on traffic serves it only if it leads the cheapest mode that has (or plain
+        decoding) by ``speculation_margin`` on top. Otherwise, when its step turns out
+        slower than priced, the group switches back and moves the burst."""
+        if inputs.arriving <= 0 or len(costs) < 2:
+            return costs
+        s = self.settings
+        best = inputs.modes[costs[0].mode]
+        batch = groups[best.gpu_group].batch
+        samples = s.step_traffic_samples
+        if best.method is None or timed_on_traffic(best, batch, samples):
+            return costs
+        for alt in costs[1:]:
+            load = inputs.modes[alt.mode]
+            if load.method is None or timed_on_traffic(load, groups[load.gpu_group].batch,
+                                                       samples):
+                if alt.total_s <= costs[0].total_s * (1.0 + s.speculation_margin):
+                    return [alt, *(c for c in costs if c is not alt)]
+                return costs
+        return costs
 
     def _within_margin(self, inputs: DecisionInput, held: ModeCost, best: ModeCost) -> bool:
         """Is ``held`` close enough to ``best`` for hysteresis to keep it?

@@ -11,6 +11,7 @@ from policies.adaptive import AdaptivePolicy
 from policies.adaptive_settings import AdaptiveSettings
 from policies.base import (
     ClassLearned,
+    Decision,
     DecisionInput,
     DecisionKind,
     LearnedAcceptance,
@@ -620,3 +621,29 @@ def test_a_burst_is_priced_at_the_batch_it_makes_together() -> None:
     policy = AdaptivePolicy(settings)
     assert policy.decide(first).mode == "eagle3"
     assert policy.decide(replace(first, arriving=7)).mode == "standard"
+
+
+def test_a_burst_goes_to_a_drafter_untimed_at_its_batch_only_on_a_clear_lead() -> None:
+    """Prompt lookup on chat text drafts little, and its step at a batch it has only
+    run in warm-up is priced near plain decoding's: a slight lead there is a guess. A
+    burst of eight that follows the guess is moved back once its steps are timed, so
+    the burst needs ``speculation_margin`` on top; where traffic has timed that batch,
+    the lead stands as measured."""
+    plain = ((1, 0.050, 100), (4, 0.060, 100), (8, 0.075, 100))
+    chat = LearnedAcceptance(mean_accepted_length=1.25, acceptance_rate=0.5, requests=100,
+                             drafts=5000, draft_tokens_per_step=0.6)
+    settings = AdaptiveSettings(enabled_modes=["standard", "ngram"], exploration_share=0.0)
+    policy = AdaptivePolicy(settings)
+
+    def burst(samples_at_8: int, arriving: int = 7) -> Decision:
+        lookup = ((1, 0.055, 100), (4, 0.065, 100), (8, 0.09, samples_at_8))
+        modes = {"standard": replace(load("standard", profile=plain), prefill_s=0.05),
+                 "ngram": replace(load("ngram", profile=lookup), prefill_s=0.05,
+                                  replayed=True, draft_token_s=0.002, step_drafted=2.0)}
+        return policy.decide(case(max_tokens=128, modes=modes, acceptance={"ngram": chat},
+                                  recent_batch={"0": 8.0}, arriving=arriving))
+
+    assert burst(samples_at_8=3, arriving=0).mode == "ngram"     # a wave, one at a time
+    guarded = burst(samples_at_8=3)
+    assert guarded.mode == "standard" and guarded.margin == 0.0
+    assert burst(samples_at_8=100).mode == "ngram"               # timed there: it leads
